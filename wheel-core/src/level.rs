@@ -1,0 +1,206 @@
+//! One level of the hierarchy, and the arithmetic that places a deadline on a level.
+//!
+//! With `2^b` slots per level, level `k` has slots `2^(k·b)` ticks wide and spans `2^((k+1)·b)`
+//! ticks. Read a tick count as a number in base `2^b`: digit `k` of a deadline is its slot on
+//! level `k`. An entry goes on the level of the highest digit in which its deadline differs from
+//! the wheel's current tick, in the slot given by that digit of the deadline. All higher digits
+//! are equal, so the slot lies within the level's current rotation, strictly after the current
+//! tick's slot: a level never wraps, and finding the next due slot is one masked
+//! `trailing_zeros` on the level's occupancy bitmap.
+
+use crate::slab::{Node, NIL};
+
+/// The head and tail of one slot's intrusive list (indices into the slab).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotList {
+    pub(crate) head: u32,
+    pub(crate) tail: u32,
+}
+
+impl SlotList {
+    const EMPTY: SlotList = SlotList {
+        head: NIL,
+        tail: NIL,
+    };
+
+    fn is_empty(self) -> bool {
+        self.head == NIL
+    }
+}
+
+/// `2^bits` slot lists and a bitmap of the non-empty ones.
+#[derive(Clone)]
+pub(crate) struct Level {
+    lists: Box<[SlotList]>,
+    occupied: Box<[u64]>,
+}
+
+impl Level {
+    pub(crate) fn new(slots: usize) -> Self {
+        Level {
+            lists: vec![SlotList::EMPTY; slots].into_boxed_slice(),
+            occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
+        }
+    }
+
+    /// The first non-empty slot at or after `from`.
+    pub(crate) fn next_occupied(&self, from: usize) -> Option<usize> {
+        let mut word = from / 64;
+        let mut bits = self.occupied.get(word)? & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(word * 64 + bits.trailing_zeros() as usize);
+            }
+            word += 1;
+            bits = *self.occupied.get(word)?;
+        }
+    }
+
+    /// Appends node `index` to `slot`'s list.
+    pub(crate) fn push_back<T>(&mut self, nodes: &mut [Node<T>], slot: usize, index: u32) {
+        let list = &mut self.lists[slot];
+        let node = &mut nodes[index as usize];
+        node.prev = list.tail;
+        node.next = NIL;
+        if list.tail == NIL {
+            list.head = index;
+            self.occupied[slot / 64] |= 1 << (slot % 64);
+        } else {
+            nodes[list.tail as usize].next = index;
+        }
+        list.tail = index;
+    }
+
+    /// Unlinks node `index` from `slot`'s list.
+    pub(crate) fn unlink<T>(&mut self, nodes: &mut [Node<T>], slot: usize, index: u32) {
+        let (prev, next) = {
+            let node = &nodes[index as usize];
+            (node.prev, node.next)
+        };
+        let list = &mut self.lists[slot];
+        match prev {
+            NIL => list.head = next,
+            p => nodes[p as usize].next = next,
+        }
+        match next {
+            NIL => list.tail = prev,
+            n => nodes[n as usize].prev = prev,
+        }
+        if list.is_empty() {
+            self.occupied[slot / 64] &= !(1 << (slot % 64));
+        }
+    }
+
+    /// The first node of `slot`'s list, if any.
+    pub(crate) fn front(&self, slot: usize) -> Option<u32> {
+        let head = self.lists[slot].head;
+        (head != NIL).then_some(head)
+    }
+
+    /// Empties `slot`, returning the head of the detached list (walk it by `next`).
+    pub(crate) fn take(&mut self, slot: usize) -> u32 {
+        let head = self.lists[slot].head;
+        self.lists[slot] = SlotList::EMPTY;
+        self.occupied[slot / 64] &= !(1 << (slot % 64));
+        head
+    }
+
+    /// Empties every slot, without touching the nodes.
+    pub(crate) fn clear(&mut self) {
+        self.lists.fill(SlotList::EMPTY);
+        self.occupied.fill(0);
+    }
+}
+
+/// The level arithmetic for `2^bits` slots per level.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    pub(crate) bits: u32,
+}
+
+impl Geometry {
+    /// Enough levels that every `u64` tick has a level: no overflow list is needed.
+    pub(crate) fn levels(self) -> usize {
+        (63 / self.bits + 1) as usize
+    }
+
+    pub(crate) fn slots(self) -> usize {
+        1 << self.bits
+    }
+
+    fn shift(self, level: usize) -> u32 {
+        self.bits * level as u32
+    }
+
+    /// Digit `level` of `tick`: its slot on that level.
+    pub(crate) fn slot_for(self, level: usize, tick: u64) -> usize {
+        ((tick >> self.shift(level)) & (self.slots() as u64 - 1)) as usize
+    }
+
+    /// The level for `deadline` seen from `now` (`deadline > now`): the level of the highest
+    /// digit in which they differ.
+    pub(crate) fn level_for(self, now: u64, deadline: u64) -> usize {
+        let significant = 63 - ((now ^ deadline) | (self.slots() as u64 - 1)).leading_zeros();
+        (significant / self.bits) as usize
+    }
+
+    /// The first tick of `slot` on `level`, in the rotation that contains `now`.
+    pub(crate) fn slot_start(self, level: usize, slot: usize, now: u64) -> u64 {
+        let span_bits = self.shift(level) + self.bits;
+        let rotation = if span_bits >= 64 {
+            0
+        } else {
+            now & !((1u64 << span_bits) - 1)
+        };
+        rotation | ((slot as u64) << self.shift(level))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: Geometry = Geometry { bits: 6 };
+
+    #[test]
+    fn default_geometry_covers_u64() {
+        assert_eq!(G.levels(), 11);
+        assert_eq!(G.level_for(0, u64::MAX), 10);
+        assert_eq!(G.slot_for(10, u64::MAX), 15);
+        assert_eq!(G.slot_start(10, 15, 0), 15 << 60);
+    }
+
+    #[test]
+    fn worked_example_from_the_crate_doc() {
+        assert_eq!((G.level_for(0, 5000), G.slot_for(2, 5000)), (2, 1));
+        assert_eq!(G.slot_start(2, 1, 0), 4096);
+        assert_eq!((G.level_for(4096, 5000), G.slot_for(1, 5000)), (1, 14));
+        assert_eq!(G.slot_start(1, 14, 4096), 4992);
+        assert_eq!((G.level_for(4992, 5000), G.slot_for(0, 5000)), (0, 8));
+        assert_eq!(G.slot_start(0, 8, 4992), 5000);
+    }
+
+    #[test]
+    fn bitmap_search_spans_words() {
+        let mut level = Level::new(256);
+        let mut nodes: Vec<Node<()>> = (0..2)
+            .map(|_| Node {
+                deadline: 0,
+                prev: NIL,
+                next: NIL,
+                generation: 0,
+                slot: 0,
+                level: 0,
+                value: Some(()),
+            })
+            .collect();
+        assert_eq!(level.next_occupied(0), None);
+        level.push_back(&mut nodes, 200, 0);
+        level.push_back(&mut nodes, 3, 1);
+        assert_eq!(level.next_occupied(0), Some(3));
+        assert_eq!(level.next_occupied(4), Some(200));
+        assert_eq!(level.next_occupied(201), None);
+        level.unlink(&mut nodes, 200, 0);
+        assert_eq!(level.next_occupied(4), None);
+    }
+}

@@ -1,0 +1,373 @@
+//! [`Wheel`], the hierarchical timing wheel.
+
+use std::fmt;
+
+use crate::key::{StaleKey, TimerKey};
+use crate::level::{Geometry, Level};
+use crate::slab::{Slab, NIL};
+
+/// An entry handed out by [`Wheel::poll`], [`Wheel::advance`] or [`Wheel::drain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<T> {
+    /// The key the entry had; it is stale now.
+    pub key: TimerKey,
+    /// The deadline tick the entry was inserted (or last rescheduled) with.
+    pub deadline: u64,
+    pub value: T,
+}
+
+/// `slots` was zero or, rounded up to a power of two, above [`Wheel::MAX_SLOTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidSlots(pub usize);
+
+impl fmt::Display for InvalidSlots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} slots per level: must be between 1 and {} (rounded up to a power of two)",
+            self.0,
+            Wheel::<()>::MAX_SLOTS
+        )
+    }
+}
+
+impl std::error::Error for InvalidSlots {}
+
+/// A hierarchical hashed timing wheel holding values of type `T`, each due at a tick.
+///
+/// Invariants, which every method keeps:
+/// - the wheel's clock ([`Wheel::now`]) only moves forward, and only as far as every entry due by
+///   then has been handed out or is waiting in the current level-0 slot;
+/// - an entry with deadline `d > now` sits on the level of the highest base-`slots` digit in which
+///   `d` and `now` differ, in the slot named by that digit of `d` (see the crate docs); an entry
+///   with `d <= now` sits in the current level-0 slot;
+/// - so an occupied slot on a lower level is always due before any occupied slot on a higher
+///   one, and the earliest due slot is found by one bitmap search per level, never by scanning;
+/// - `len` counts the live entries; a key is live until its entry is removed or handed out.
+///
+/// ```
+/// use wheel_core::Wheel;
+///
+/// let mut wheel = Wheel::new();
+/// let a = wheel.insert(10, "ten");
+/// wheel.insert(3, "three");
+/// assert_eq!(wheel.next_expiration(), Some(3));
+///
+/// let due: Vec<_> = wheel.advance(5).map(|e| e.value).collect();
+/// assert_eq!(due, ["three"]);
+///
+/// wheel.reschedule(a, 7).unwrap();
+/// assert_eq!(wheel.poll(6), None); // never early
+/// assert_eq!(wheel.poll(7).map(|e| e.value), Some("ten"));
+/// assert!(wheel.is_empty());
+/// ```
+pub struct Wheel<T> {
+    levels: Box<[Level]>,
+    slab: Slab<T>,
+    geometry: Geometry,
+    now: u64,
+}
+
+impl<T> Default for Wheel<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Wheel<T> {
+    /// Slots per level of [`Wheel::new`], as in Linux and tokio: 11 levels cover all of `u64`.
+    pub const DEFAULT_SLOTS: usize = 64;
+
+    /// The most slots per level [`Wheel::with_slots`] accepts.
+    pub const MAX_SLOTS: usize = 4096;
+
+    /// An empty wheel at tick 0 with [`Wheel::DEFAULT_SLOTS`] slots per level.
+    pub fn new() -> Self {
+        Self::build(Geometry { bits: 6 }, 0)
+    }
+
+    /// An empty wheel at tick 0 with `slots` slots per level, rounded up to a power of two
+    /// (a single slot becomes two: a level needs at least one bit).
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// assert_eq!(Wheel::<()>::with_slots(500).unwrap().slots_per_level(), 512);
+    /// assert!(Wheel::<()>::with_slots(0).is_err());
+    /// ```
+    pub fn with_slots(slots: usize) -> Result<Self, InvalidSlots> {
+        if slots == 0 || slots > Self::MAX_SLOTS {
+            return Err(InvalidSlots(slots));
+        }
+        let bits = slots.next_power_of_two().trailing_zeros().max(1);
+        Ok(Self::build(Geometry { bits }, 0))
+    }
+
+    fn build(geometry: Geometry, capacity: usize) -> Self {
+        Wheel {
+            levels: (0..geometry.levels())
+                .map(|_| Level::new(geometry.slots()))
+                .collect(),
+            slab: Slab::with_capacity(capacity),
+            geometry,
+            now: 0,
+        }
+    }
+
+    /// Reserves room for `additional` more entries, so inserts up to there do not allocate.
+    pub fn reserve(&mut self, additional: usize) {
+        self.slab.reserve(additional);
+    }
+
+    /// How many entries fit without allocating.
+    pub fn capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
+    pub fn slots_per_level(&self) -> usize {
+        self.geometry.slots()
+    }
+
+    /// The number of levels: enough that every `u64` deadline has one.
+    pub fn levels(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// The wheel's clock: the latest tick it has been fully advanced to.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The number of live entries.
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.len() == 0
+    }
+
+    /// Adds `value`, due at tick `deadline`. A deadline at or before [`Wheel::now`] is handed out
+    /// by the next advance. O(1); no allocation once the slab has room.
+    ///
+    /// # Panics
+    /// Only when `u32::MAX` entries would be live at once.
+    pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
+        let key = self.slab.insert(deadline, value);
+        self.link(key.index);
+        key
+    }
+
+    /// Removes the entry `key` names and returns its value, or `None` when the key is stale.
+    pub fn remove(&mut self, key: TimerKey) -> Option<T> {
+        let index = self.slab.resolve(key)?;
+        self.unlink(index);
+        Some(self.slab.free(index))
+    }
+
+    /// Moves a live entry to a new deadline, earlier or later; its key stays valid.
+    pub fn reschedule(&mut self, key: TimerKey, deadline: u64) -> Result<(), StaleKey> {
+        let index = self.slab.resolve(key).ok_or(StaleKey(key))?;
+        self.unlink(index);
+        self.slab.node_mut(index).deadline = deadline;
+        self.link(index);
+        Ok(())
+    }
+
+    /// The deadline of a live entry.
+    pub fn deadline(&self, key: TimerKey) -> Option<u64> {
+        let index = self.slab.resolve(key)?;
+        Some(self.slab.node(index).deadline)
+    }
+
+    pub fn contains(&self, key: TimerKey) -> bool {
+        self.slab.resolve(key).is_some()
+    }
+
+    pub fn get(&self, key: TimerKey) -> Option<&T> {
+        let index = self.slab.resolve(key)?;
+        self.slab.node(index).value.as_ref()
+    }
+
+    pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
+        let index = self.slab.resolve(key)?;
+        self.slab.node_mut(index).value.as_mut()
+    }
+
+    /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
+    /// nothing. Exact when that slot is on level 0; a slot on a higher level only promises that
+    /// nothing is due before it (advancing to it moves its entries down a level). Never below
+    /// [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of empty slots.
+    pub fn next_expiration(&self) -> Option<u64> {
+        self.next_slot().map(|(_, _, start)| start)
+    }
+
+    /// Hands out one entry whose deadline is at or before `now`, or `None` when none is left;
+    /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
+    /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
+    pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
+        loop {
+            let Some((level, slot, start)) = self.next_slot().filter(|&(.., s)| s <= now) else {
+                self.now = self.now.max(now);
+                return None;
+            };
+            self.now = self.now.max(start);
+            if level == 0 {
+                return Some(self.pop_expired(slot));
+            }
+            self.cascade(level, slot);
+        }
+    }
+
+    /// Hands out, lazily, every entry whose deadline is at or before `now`. Stop early (with
+    /// `take(budget)` or by dropping the iterator) to bound one pass: what is left stays due and
+    /// comes out on the next call.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let mut wheel = Wheel::new();
+    /// for i in 0..10 {
+    ///     wheel.insert(i, i);
+    /// }
+    /// assert_eq!(wheel.advance(100).take(4).count(), 4);
+    /// assert_eq!(wheel.advance(100).count(), 6);
+    /// ```
+    pub fn advance(&mut self, now: u64) -> Advance<'_, T> {
+        Advance { wheel: self, now }
+    }
+
+    /// Removes and hands out every live entry, due or not, in slab order (for shutdown). The
+    /// clock stays where it is. Dropping the iterator early drops the entries not yet handed out.
+    pub fn drain(&mut self) -> Drain<'_, T> {
+        for level in self.levels.iter_mut() {
+            level.clear();
+        }
+        Drain {
+            wheel: self,
+            cursor: 0,
+        }
+    }
+
+    /// Places node `index` by its deadline, relative to the clock.
+    fn link(&mut self, index: u32) {
+        let deadline = self.slab.node(index).deadline;
+        let (level, slot) = if deadline <= self.now {
+            (0, self.geometry.slot_for(0, self.now))
+        } else {
+            let level = self.geometry.level_for(self.now, deadline);
+            (level, self.geometry.slot_for(level, deadline))
+        };
+        let node = self.slab.node_mut(index);
+        node.level = level as u8;
+        node.slot = slot as u16;
+        self.levels[level].push_back(self.slab.nodes_mut(), slot, index);
+    }
+
+    fn unlink(&mut self, index: u32) {
+        let node = self.slab.node(index);
+        let (level, slot) = (node.level as usize, node.slot as usize);
+        self.levels[level].unlink(self.slab.nodes_mut(), slot, index);
+    }
+
+    /// The earliest occupied slot as (level, slot, first tick). Lower levels are always due
+    /// first (see the type's invariants), so the first level with an occupied slot wins.
+    fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        self.levels.iter().enumerate().find_map(|(level, lists)| {
+            let from = self.geometry.slot_for(level, self.now);
+            let slot = lists.next_occupied(from)?;
+            Some((level, slot, self.geometry.slot_start(level, slot, self.now)))
+        })
+    }
+
+    fn pop_expired(&mut self, slot: usize) -> Entry<T> {
+        let index = self.levels[0].front(slot).expect("occupied slot");
+        self.levels[0].unlink(self.slab.nodes_mut(), slot, index);
+        let key = self.slab.key_of(index);
+        let deadline = self.slab.node(index).deadline;
+        Entry {
+            key,
+            deadline,
+            value: self.slab.free(index),
+        }
+    }
+
+    /// Moves every entry of a due slot on a higher level down to where it belongs now.
+    fn cascade(&mut self, level: usize, slot: usize) {
+        let mut index = self.levels[level].take(slot);
+        while index != NIL {
+            let next = self.slab.node(index).next;
+            self.link(index);
+            index = next;
+        }
+    }
+}
+
+/// The iterator of [`Wheel::advance`].
+pub struct Advance<'a, T> {
+    wheel: &'a mut Wheel<T>,
+    now: u64,
+}
+
+impl<T> Iterator for Advance<'_, T> {
+    type Item = Entry<T>;
+
+    fn next(&mut self) -> Option<Entry<T>> {
+        self.wheel.poll(self.now)
+    }
+}
+
+/// The iterator of [`Wheel::drain`].
+pub struct Drain<'a, T> {
+    wheel: &'a mut Wheel<T>,
+    cursor: u32,
+}
+
+impl<T> Iterator for Drain<'_, T> {
+    type Item = Entry<T>;
+
+    fn next(&mut self) -> Option<Entry<T>> {
+        let slab = &mut self.wheel.slab;
+        let index = slab.next_live(self.cursor)?;
+        self.cursor = index + 1;
+        let key = slab.key_of(index);
+        let deadline = slab.node(index).deadline;
+        Some(Entry {
+            key,
+            deadline,
+            value: slab.free(index),
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = self.wheel.len();
+        (len, Some(len))
+    }
+}
+
+impl<T> Drop for Drain<'_, T> {
+    fn drop(&mut self) {
+        self.for_each(drop);
+    }
+}
+
+impl<T: Clone> Clone for Wheel<T> {
+    fn clone(&self) -> Self {
+        Wheel {
+            levels: self.levels.clone(),
+            slab: self.slab.clone(),
+            geometry: self.geometry,
+            now: self.now,
+        }
+    }
+}
+
+impl<T> fmt::Debug for Wheel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wheel")
+            .field("now", &self.now)
+            .field("len", &self.len())
+            .field("slots_per_level", &self.slots_per_level())
+            .field("levels", &self.levels())
+            .field("next_expiration", &self.next_expiration())
+            .finish()
+    }
+}
