@@ -205,6 +205,9 @@ impl<T> Wheel<T> {
     /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
     /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
     pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
+        // Entries due in the past wait in the slot starting at the clock: a `now` below the
+        // clock must still reach them.
+        let now = now.max(self.now);
         loop {
             let Some((level, slot, start)) = self.next_slot().filter(|&(.., s)| s <= now) else {
                 self.now = self.now.max(now);
