@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::key::{StaleKey, TimerKey};
 use crate::level::{Geometry, Level};
-use crate::slab::{Slab, NIL};
+use crate::slab::{Node, Slab, NIL};
 
 /// An entry handed out by [`Wheel::poll`], [`Wheel::advance`] or [`Wheel::drain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +116,12 @@ impl<T> Wheel<T> {
     /// Reserves room for `additional` more entries, so inserts up to there do not allocate.
     pub fn reserve(&mut self, additional: usize) {
         self.slab.reserve(additional);
+    }
+
+    /// Bytes of bookkeeping one entry costs beside its `T` in the slab (for footprint tests).
+    #[doc(hidden)]
+    pub fn entry_footprint() -> usize {
+        std::mem::size_of::<Node<T>>() - std::mem::size_of::<T>()
     }
 
     /// How many entries fit without allocating.
