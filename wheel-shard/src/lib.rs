@@ -1,1 +1,102 @@
-pub fn placeholder() {}
+//! `wheel-shard`: a sharded, multi-threaded timer service built on [`wheel_core::Wheel`].
+//!
+//! Millions of timeouts (request deadlines, idle checks, heartbeats, delayed retries) are spread
+//! over shards, each a single-threaded hierarchical timing wheel driven by its own tick thread.
+//! Callbacks run on a separate work-stealing executor, so a slow callback never stalls a tick.
+//!
+//! # Data flow of one timer
+//!
+//! ```text
+//!  producer threads              shard i (one per core)                     executor
+//!  ────────────────              ──────────────────────                     ────────
+//!  schedule(delay, task)
+//!   │ deadline = ⌈now+delay⌉ tick
+//!   │ shard = hash(thread seq)
+//!   │ claim slot in TimerTable ─┐
+//!   ▼                           │ state word: SCHEDULED
+//!  PendingRing (bounded MPSC) ──┼──▶ tick thread "wheel-tick-i"
+//!   full? wait ≤ saturation_    │     1. ≤ transfer_batch ring → Wheel
+//!   timeout, then Saturated     │     2. notices: cancel / earlier / re-arm   ┌▶ worker "wheel-exec-k"
+//!                               │     3. wheel.poll(now): CAS → FIRING ───────┤   catch_unwind(task)
+//!  cancel(id) / reschedule(id)  │        (postponed? back into the wheel)     │   lateness → histogram
+//!   CAS on the state word ──────┘     4. sleep until next due slot            └▶ steal from idle peers
+//!   + notice (unbounded queue)           (woken early by an earlier deadline)     re-arm repeating ─┐
+//!                                                                                  ◀─ notice ────────┘
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Never early.** A deadline is rounded up to a whole tick and a tick thread rounds the
+//!   clock down, so a callback starts at or after its deadline. How late it starts is recorded
+//!   ([`Stats::lateness`]).
+//! - **Exactly once.** Every accepted timer ends exactly once: it fires, is cancelled
+//!   (`cancel` returned `true`), or comes back from [`TimerService::shutdown`] as [`Unfired`].
+//!   A refused one is refused with an error, never dropped silently.
+//! - **`cancel` is definitive.** `true` means the task will never run; the decision is one CAS
+//!   on the timer's state word against the tick thread's CAS to fire. For a repeating timer,
+//!   `true` means no further run, even when called during a run (from its own callback, say).
+//!   The shard frees the entry within about a tick.
+//! - **Bounded waiting.** `schedule` never blocks for longer than
+//!   [`Config::saturation_timeout`] (a full ring), then says [`ScheduleError::Saturated`];
+//!   [`Config::max_pending`] is an exact global limit ([`ScheduleError::TooManyPending`]).
+//! - **No lock, no shared counter on the schedule path** (without `max_pending`): the shard is
+//!   chosen by hashing a per-thread sequence, the slot comes from a lock-free free list, the
+//!   command goes into a lock-free ring.
+//! - **Idle means asleep.** A tick thread sleeps until its wheel's next due slot, forever when
+//!   the wheel is empty; a producer wakes it only when its deadline is earlier than that.
+//! - **A slow callback delays only its worker**; a panicking one is counted
+//!   ([`Stats::panicked`]), logged with `tracing`, and the service goes on.
+//! - **Clean shutdown.** `shutdown` (or dropping the last handle) stops the tick threads, lets
+//!   the executor finish what it was handed, joins every thread and hands back what had not fired.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use wheel_shard::{Config, TimerService};
+//!
+//! let timers = TimerService::new(Config::default()).unwrap();
+//! let fired = Arc::new(AtomicUsize::new(0));
+//! let ids: Vec<_> = (0..1000)
+//!     .map(|i| {
+//!         let fired = Arc::clone(&fired);
+//!         let delay = Duration::from_millis(i % 20);
+//!         timers.schedule(delay, move || { fired.fetch_add(1, Ordering::Relaxed); }).unwrap()
+//!     })
+//!     .collect();
+//! let idle = timers.schedule(Duration::from_secs(30), || {}).unwrap();
+//! assert!(timers.reschedule(idle, Duration::from_secs(60))); // e.g. on traffic
+//! while fired.load(Ordering::Relaxed) < ids.len() {
+//!     std::thread::sleep(Duration::from_millis(5));
+//! }
+//! let unfired = timers.shutdown();
+//! assert_eq!(unfired.len(), 1); // the idle check never came due
+//! assert_eq!(timers.stats().fired, 1000);
+//! ```
+
+mod clock;
+mod config;
+mod core;
+mod error;
+mod executor;
+mod job;
+mod ring;
+mod service;
+mod shard;
+mod state;
+mod stats;
+mod sync;
+mod table;
+mod tick;
+mod timer;
+
+pub use config::{limits, Config};
+pub use error::{ConfigError, ScheduleError};
+pub use service::TimerService;
+pub use stats::{Lateness, Stats};
+pub use timer::{TimerId, Unfired};
+
+/// The histogram type of [`Lateness::histogram`].
+pub use hdrhistogram;

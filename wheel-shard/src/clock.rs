@@ -1,0 +1,101 @@
+//! [`Clock`]: converts between `Instant`s and the wheel's ticks.
+//!
+//! Tick `n` is the instant `origin + n·tick`. Deadlines round **up** to a tick and "now" rounds
+//! **down**, so a timer is handed out only once its deadline has truly passed: never early.
+
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clock {
+    origin: Instant,
+    tick_nanos: u64,
+}
+
+/// How far past `origin` an unreachable deadline is pinned when shown as an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl Clock {
+    pub(crate) fn new(tick: Duration) -> Self {
+        Clock {
+            origin: Instant::now(),
+            tick_nanos: tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64,
+        }
+    }
+
+    /// The tick that has most recently begun.
+    pub(crate) fn now(&self) -> u64 {
+        self.ticks_floor(self.origin.elapsed().as_nanos())
+    }
+
+    /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
+    pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
+        self.ticks_ceil(self.origin.elapsed().as_nanos() + delay.as_nanos())
+    }
+
+    /// The first tick at or after `at`; an instant in the past is due now.
+    pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
+        self.ticks_ceil(at.saturating_duration_since(self.origin).as_nanos())
+    }
+
+    /// `period` in whole ticks, rounded up, at least one.
+    pub(crate) fn period(&self, period: Duration) -> u64 {
+        self.ticks_ceil(period.as_nanos()).max(1)
+    }
+
+    /// The instant tick `tick` begins (pinned a century out when it is beyond `Instant`).
+    pub(crate) fn instant(&self, tick: u64) -> Instant {
+        let nanos = u128::from(tick) * u128::from(self.tick_nanos);
+        let offset = u64::try_from(nanos)
+            .map(Duration::from_nanos)
+            .unwrap_or(FAR_FUTURE)
+            .min(FAR_FUTURE);
+        self.origin + offset
+    }
+
+    /// How long until tick `tick` begins.
+    pub(crate) fn until(&self, tick: u64) -> Duration {
+        self.instant(tick).saturating_duration_since(Instant::now())
+    }
+
+    fn ticks_floor(&self, nanos: u128) -> u64 {
+        u64::try_from(nanos / u128::from(self.tick_nanos)).unwrap_or(u64::MAX)
+    }
+
+    fn ticks_ceil(&self, nanos: u128) -> u64 {
+        u64::try_from(nanos.div_ceil(u128::from(self.tick_nanos))).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_round_up_and_saturate() {
+        let clock = Clock::new(Duration::from_millis(1));
+        let now = clock.now();
+        let d = clock.deadline_after(Duration::from_micros(1500));
+        assert!(
+            d >= now + 2,
+            "1.5 ms rounds up to at least 2 ticks past now"
+        );
+        assert_eq!(clock.deadline_after(Duration::MAX), u64::MAX);
+        assert_eq!(clock.period(Duration::from_micros(1)), 1);
+        assert_eq!(clock.period(Duration::from_millis(3)), 3);
+        assert!(clock.instant(u64::MAX) > Instant::now());
+        let past = Instant::now().checked_sub(Duration::from_secs(1));
+        if let Some(past) = past {
+            assert!(clock.deadline_at(past) <= clock.now() + 1);
+        }
+    }
+
+    #[test]
+    fn a_deadline_tick_begins_no_earlier_than_requested() {
+        let clock = Clock::new(Duration::from_micros(700));
+        for delay_us in [0u64, 1, 699, 700, 701, 12_345] {
+            let requested = Instant::now() + Duration::from_micros(delay_us);
+            let tick = clock.deadline_at(requested);
+            assert!(clock.instant(tick) >= requested);
+        }
+    }
+}

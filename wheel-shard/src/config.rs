@@ -1,0 +1,275 @@
+//! [`Config`]: every knob of the service, from code, a TOML file or `WHEEL_*` variables.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// How a [`TimerService`](crate::TimerService) is built. Every field has a default, so a TOML
+/// file or the environment only names what it changes.
+///
+/// ```
+/// use std::time::Duration;
+/// use wheel_shard::Config;
+///
+/// let config = Config::from_toml_str("shards = 2\ntick = \"500us\"").unwrap();
+/// assert_eq!(config.shards, 2);
+/// assert_eq!(config.tick, Duration::from_micros(500));
+///
+/// let err = Config::from_toml_str("tick = \"0ms\"").unwrap_err();
+/// assert!(err.to_string().contains("tick"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Wheel shards, each with its own tick thread, ring and wheel. Default: available cores.
+    pub shards: usize,
+    /// The wheel's resolution: deadlines are rounded up to a whole tick. Default 1 ms.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
+    /// Slots per wheel level, rounded up to a power of two (Netty's `ticksPerWheel`). Default 64.
+    pub wheel_slots: usize,
+    /// Threads that run expired callbacks. Default: available cores.
+    pub executor_threads: usize,
+    /// At most this many timers pending at once over the whole service (Netty's
+    /// `maxPendingTimeouts`); `None` is unbounded.
+    pub max_pending: Option<usize>,
+    /// At most this many commands moved from a shard's ring into its wheel between two
+    /// advances of the wheel. Default 100 000.
+    pub transfer_batch: usize,
+    /// Commands each shard's pending ring holds, rounded up to a power of two. Default 65 536.
+    pub ring_capacity: usize,
+    /// Pin tick thread `i` to core `i mod cores`. Default true.
+    pub pin_threads: bool,
+    /// How long `schedule` waits for room in a full ring before it returns
+    /// `ScheduleError::Saturated`. Default 100 ms.
+    #[serde(with = "humantime_serde")]
+    pub saturation_timeout: Duration,
+}
+
+/// The limits [`Config`] is checked against.
+pub mod limits {
+    use std::time::Duration;
+
+    pub const MAX_SHARDS: usize = 1024;
+    pub const MAX_EXECUTOR_THREADS: usize = 1024;
+    pub const MIN_TICK: Duration = Duration::from_micros(10);
+    pub const MAX_TICK: Duration = Duration::from_secs(3600);
+    pub const MAX_WHEEL_SLOTS: usize = 4096;
+    pub const MIN_RING_CAPACITY: usize = 2;
+    pub const MAX_RING_CAPACITY: usize = 1 << 26;
+    pub const MAX_SATURATION_TIMEOUT: Duration = Duration::from_secs(3600);
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            shards: available_cores(),
+            tick: Duration::from_millis(1),
+            wheel_slots: 64,
+            executor_threads: available_cores(),
+            max_pending: None,
+            transfer_batch: 100_000,
+            ring_capacity: 1 << 16,
+            pin_threads: true,
+            saturation_timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML document; fields it leaves out keep their defaults. Unknown fields are an
+    /// error (a typo should not silently fall back to a default).
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            message: e.message().to_string(),
+            field: toml_error_field(&e),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads a TOML file (see [`Config::from_toml_str`]).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml_str(&text).map_err(|e| e.in_file(path))
+    }
+
+    /// Overrides fields from `WHEEL_SHARDS`, `WHEEL_TICK`, `WHEEL_WHEEL_SLOTS`,
+    /// `WHEEL_EXECUTOR_THREADS`, `WHEEL_MAX_PENDING` (a number, or `none`),
+    /// `WHEEL_TRANSFER_BATCH`, `WHEEL_RING_CAPACITY`, `WHEEL_PIN_THREADS` (`true`/`false`/`1`/`0`)
+    /// and `WHEEL_SATURATION_TIMEOUT`. Durations read like "1ms", "500us", "2s".
+    pub fn with_env(self) -> Result<Config, ConfigError> {
+        self.with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::with_env`] reading from `lookup` instead of the process environment.
+    pub fn with_vars(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let var = |field: &'static str| {
+            let name = format!("WHEEL_{}", field.to_ascii_uppercase());
+            lookup(&name).map(|value| EnvVar { name, field, value })
+        };
+        if let Some(v) = var("shards") {
+            self.shards = v.parse_number()?;
+        }
+        if let Some(v) = var("tick") {
+            self.tick = v.parse_duration()?;
+        }
+        if let Some(v) = var("wheel_slots") {
+            self.wheel_slots = v.parse_number()?;
+        }
+        if let Some(v) = var("executor_threads") {
+            self.executor_threads = v.parse_number()?;
+        }
+        if let Some(v) = var("max_pending") {
+            self.max_pending = match v.value.trim() {
+                "none" | "" => None,
+                _ => Some(v.parse_number()?),
+            };
+        }
+        if let Some(v) = var("transfer_batch") {
+            self.transfer_batch = v.parse_number()?;
+        }
+        if let Some(v) = var("ring_capacity") {
+            self.ring_capacity = v.parse_number()?;
+        }
+        if let Some(v) = var("pin_threads") {
+            self.pin_threads = v.parse_bool()?;
+        }
+        if let Some(v) = var("saturation_timeout") {
+            self.saturation_timeout = v.parse_duration()?;
+        }
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Checks every field against [`limits`]; the error names the first field out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use limits::*;
+        let invalid =
+            |field: &'static str, reason: String| Err(ConfigError::Invalid { field, reason });
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return invalid(
+                "shards",
+                format!("{} is not in 1..={MAX_SHARDS}", self.shards),
+            );
+        }
+        if self.tick < MIN_TICK || self.tick > MAX_TICK {
+            return invalid(
+                "tick",
+                format!(
+                    "{} is not between {} and {}",
+                    humantime::format_duration(self.tick),
+                    humantime::format_duration(MIN_TICK),
+                    humantime::format_duration(MAX_TICK)
+                ),
+            );
+        }
+        if self.wheel_slots == 0 || self.wheel_slots > MAX_WHEEL_SLOTS {
+            return invalid(
+                "wheel_slots",
+                format!("{} is not in 1..={MAX_WHEEL_SLOTS}", self.wheel_slots),
+            );
+        }
+        if self.executor_threads == 0 || self.executor_threads > MAX_EXECUTOR_THREADS {
+            return invalid(
+                "executor_threads",
+                format!(
+                    "{} is not in 1..={MAX_EXECUTOR_THREADS}",
+                    self.executor_threads
+                ),
+            );
+        }
+        if self.max_pending == Some(0) {
+            return invalid(
+                "max_pending",
+                "0 would refuse every timer; leave it out for no limit".into(),
+            );
+        }
+        if self.transfer_batch == 0 {
+            return invalid(
+                "transfer_batch",
+                "0 would never move a command into the wheel".into(),
+            );
+        }
+        if self.ring_capacity < MIN_RING_CAPACITY || self.ring_capacity > MAX_RING_CAPACITY {
+            return invalid(
+                "ring_capacity",
+                format!(
+                    "{} is not in {MIN_RING_CAPACITY}..={MAX_RING_CAPACITY}",
+                    self.ring_capacity
+                ),
+            );
+        }
+        if self.saturation_timeout > MAX_SATURATION_TIMEOUT {
+            return invalid(
+                "saturation_timeout",
+                format!(
+                    "{} is over an hour",
+                    humantime::format_duration(self.saturation_timeout)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The first key of a TOML error's span, when it points at one (`tick = "0ms"` → `tick`).
+fn toml_error_field(error: &toml::de::Error) -> Option<String> {
+    let message = error.message();
+    // serde names unknown and mistyped fields in backticks: "unknown field `tcik`".
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_string())
+}
+
+struct EnvVar {
+    name: String,
+    field: &'static str,
+    value: String,
+}
+
+impl EnvVar {
+    fn error(&self, expected: &str) -> ConfigError {
+        ConfigError::Env {
+            var: self.name.clone(),
+            field: self.field,
+            value: self.value.clone(),
+            expected: expected.to_string(),
+        }
+    }
+
+    fn parse_number(&self) -> Result<usize, ConfigError> {
+        self.value
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| self.error("a whole number"))
+    }
+
+    fn parse_duration(&self) -> Result<Duration, ConfigError> {
+        humantime::parse_duration(self.value.trim())
+            .map_err(|_| self.error("a duration such as \"1ms\", \"500us\" or \"2s\""))
+    }
+
+    fn parse_bool(&self) -> Result<bool, ConfigError> {
+        match self.value.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(self.error("true or false")),
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! [`PendingRing`]: the bounded multi-producer, single-consumer queue between producers and a
+//! shard's tick thread.
+//!
+//! It is Dmitry Vyukov's bounded queue: every cell carries a sequence number that says whose turn
+//! it is. A producer claims position `p` by moving `tail` from `p` to `p + 1` with a CAS, but only
+//! when cell `p mod capacity` says "free for `p`" (sequence `p`); it writes the value and
+//! publishes it by setting the sequence to `p + 1`. The consumer takes the cell when it reads
+//! `p + 1` there and frees it for the next lap by writing `p + capacity`. A full ring shows up as
+//! a cell still holding the previous lap, so `try_push` fails at once instead of blocking.
+//!
+//! Closing sets the top bit of `tail`, so no claim succeeds afterwards, while every claim made
+//! before is still published and drained: nothing pushed successfully is ever lost.
+
+use std::mem::MaybeUninit;
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+
+const CLOSED: u64 = 1 << 63;
+
+/// Why a push did not happen; the value comes back to the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PushError<T> {
+    Full(T),
+    Closed(T),
+}
+
+struct Cell<T> {
+    sequence: AtomicU64,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+pub(crate) struct PendingRing<T> {
+    cells: Box<[Cell<T>]>,
+    mask: u64,
+    /// The next position to claim, with [`CLOSED`] once closed. Its count is every push ever.
+    tail: CachePadded<AtomicU64>,
+    /// The next position to take. Written by the consumer only.
+    head: CachePadded<AtomicU64>,
+}
+
+// SAFETY: values move between threads through the ring, so `T: Send` is required and enough;
+// each cell's value is accessed by one thread at a time, as its sequence number hands it over
+// (Release on publish, Acquire on take), so no `&T` is ever shared.
+unsafe impl<T: Send> Send for PendingRing<T> {}
+// SAFETY: as above: shared access only moves whole values in and out under the sequence protocol.
+unsafe impl<T: Send> Sync for PendingRing<T> {}
+
+impl<T> PendingRing<T> {
+    /// A ring of `capacity` cells, rounded up to a power of two (at least 2).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(2).next_power_of_two();
+        PendingRing {
+            cells: (0..capacity as u64)
+                .map(|i| Cell {
+                    sequence: AtomicU64::new(i),
+                    value: UnsafeCell::new(MaybeUninit::uninit()),
+                })
+                .collect(),
+            mask: capacity as u64 - 1,
+            tail: CachePadded::new(AtomicU64::new(0)),
+            head: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Appends `value` unless the ring is full or closed. Never blocks.
+    pub(crate) fn try_push(&self, value: T) -> Result<(), PushError<T>> {
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        loop {
+            if tail & CLOSED != 0 {
+                return Err(PushError::Closed(value));
+            }
+            let cell = &self.cells[(tail & self.mask) as usize];
+            let sequence = cell.sequence.load(Ordering::Acquire);
+            if sequence == tail {
+                // SeqCst: a producer that then reads the shard's planned wake-up must not miss a
+                // tick thread that is about to sleep (see `Shard::nudge`).
+                match self.tail.compare_exchange_weak(
+                    tail,
+                    tail + 1,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: the CAS gave this thread position `tail`, and the sequence said
+                        // the consumer has finished with the cell, so no one else touches it
+                        // until the Release store below hands it to the consumer.
+                        cell.value.with_mut(|slot| unsafe { (*slot).write(value) });
+                        cell.sequence.store(tail + 1, Ordering::Release);
+                        return Ok(());
+                    }
+                    Err(current) => tail = current,
+                }
+            } else if sequence < tail {
+                // The cell still holds the value from one lap ago: the ring is full.
+                return Err(PushError::Full(value));
+            } else {
+                tail = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Takes the oldest value, if it has been published. Consumer only.
+    pub(crate) fn pop(&self) -> Option<T> {
+        let head = self.head.load(Ordering::Relaxed);
+        let cell = &self.cells[(head & self.mask) as usize];
+        if cell.sequence.load(Ordering::Acquire) != head + 1 {
+            return None;
+        }
+        // SAFETY: sequence `head + 1` means the producer of position `head` wrote the value and
+        // published it with Release, which our Acquire load saw; only the single consumer reads
+        // a published cell, once, and it frees the cell only after moving the value out.
+        let value = cell
+            .value
+            .with_mut(|slot| unsafe { (*slot).assume_init_read() });
+        cell.sequence
+            .store(head + self.cells.len() as u64, Ordering::Release);
+        self.head.store(head + 1, Ordering::Release);
+        Some(value)
+    }
+
+    /// Refuses every later push. Values pushed before stay to be drained.
+    pub(crate) fn close(&self) {
+        self.tail.fetch_or(CLOSED, Ordering::SeqCst);
+    }
+
+    /// After [`close`](Self::close): takes every value still in the ring, waiting for producers
+    /// that claimed a cell to finish writing it. Consumer only.
+    pub(crate) fn drain_closed(&self, mut take: impl FnMut(T)) {
+        let end = self.tail.load(Ordering::SeqCst) & !CLOSED;
+        let backoff = Backoff::new();
+        while self.head.load(Ordering::Relaxed) < end {
+            match self.pop() {
+                Some(value) => take(value),
+                None => spin_wait(&backoff),
+            }
+        }
+    }
+
+    /// Every successful push so far.
+    pub(crate) fn pushed(&self) -> u64 {
+        self.tail.load(Ordering::Relaxed) & !CLOSED
+    }
+
+    /// Values claimed and not yet taken (a snapshot).
+    pub(crate) fn len(&self) -> usize {
+        let head = self.head.load(Ordering::Acquire);
+        self.pushed().saturating_sub(head) as usize
+    }
+
+    /// Whether nothing is waiting. SeqCst so a tick thread that published its sleep plan sees
+    /// every push that did not see the plan.
+    pub(crate) fn is_empty(&self) -> bool {
+        let tail = self.tail.load(Ordering::SeqCst) & !CLOSED;
+        tail == self.head.load(Ordering::Relaxed)
+    }
+}
+
+impl<T> Drop for PendingRing<T> {
+    fn drop(&mut self) {
+        while self.pop().is_some() {}
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn fifo_full_and_wraparound() {
+        let ring = PendingRing::new(3);
+        assert_eq!(ring.capacity(), 4);
+        for lap in 0..3 {
+            for i in 0..4 {
+                ring.try_push(lap * 10 + i).unwrap();
+            }
+            assert_eq!(ring.try_push(99), Err(PushError::Full(99)));
+            assert_eq!(ring.len(), 4);
+            for i in 0..4 {
+                assert_eq!(ring.pop(), Some(lap * 10 + i));
+            }
+            assert_eq!(ring.pop(), None);
+            assert!(ring.is_empty());
+        }
+        assert_eq!(ring.pushed(), 12);
+    }
+
+    #[test]
+    fn closed_ring_refuses_and_drains() {
+        let ring = PendingRing::new(8);
+        ring.try_push(1).unwrap();
+        ring.try_push(2).unwrap();
+        ring.close();
+        assert_eq!(ring.try_push(3), Err(PushError::Closed(3)));
+        let mut drained = Vec::new();
+        ring.drain_closed(|v| drained.push(v));
+        assert_eq!(drained, [1, 2]);
+    }
+
+    #[test]
+    fn drop_releases_values_left_inside() {
+        let value = Arc::new(());
+        let ring = PendingRing::new(4);
+        ring.try_push(Arc::clone(&value)).unwrap();
+        ring.try_push(Arc::clone(&value)).unwrap();
+        drop(ring);
+        assert_eq!(Arc::strong_count(&value), 1);
+    }
+
+    #[test]
+    fn many_producers_lose_nothing() {
+        const PRODUCERS: u64 = 4;
+        const PER: u64 = 50_000;
+        let ring = Arc::new(PendingRing::new(64));
+        let producers: Vec<_> = (0..PRODUCERS)
+            .map(|p| {
+                let ring = Arc::clone(&ring);
+                std::thread::spawn(move || {
+                    for i in 0..PER {
+                        let mut v = p * PER + i;
+                        while let Err(PushError::Full(back)) = ring.try_push(v) {
+                            v = back;
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut last = vec![None; PRODUCERS as usize];
+        let mut seen = 0;
+        while seen < PRODUCERS * PER {
+            match ring.pop() {
+                Some(v) => {
+                    let (p, i) = ((v / PER) as usize, v % PER);
+                    assert!(last[p].map_or(true, |l| l < i), "per-producer FIFO");
+                    last[p] = Some(i);
+                    seen += 1;
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        assert!(ring.is_empty());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two producers race for a two-cell ring while the consumer takes: every value that was
+    /// accepted arrives exactly once, in each producer's order, and a refused one comes back.
+    #[test]
+    fn two_producers_one_consumer() {
+        loom::model(|| {
+            let ring = Arc::new(PendingRing::new(2));
+            let producers: Vec<_> = (0..2u64)
+                .map(|p| {
+                    let ring = Arc::clone(&ring);
+                    thread::spawn(move || {
+                        let mut accepted = Vec::new();
+                        for i in 0..2 {
+                            if ring.try_push(p * 10 + i).is_ok() {
+                                accepted.push(p * 10 + i);
+                            }
+                        }
+                        accepted
+                    })
+                })
+                .collect();
+            let mut got = Vec::new();
+            if let Some(v) = ring.pop() {
+                got.push(v);
+            }
+            let mut accepted: Vec<u64> = producers
+                .into_iter()
+                .flat_map(|p| p.join().unwrap())
+                .collect();
+            while let Some(v) = ring.pop() {
+                got.push(v);
+            }
+            for p in 0..2 {
+                let mine: Vec<_> = got.iter().filter(|v| *v / 10 == p).collect();
+                assert!(mine.windows(2).all(|w| w[0] < w[1]));
+            }
+            got.sort();
+            accepted.sort();
+            assert_eq!(got, accepted);
+        });
+    }
+
+    /// A push racing with close either fails with `Closed` or is drained: never lost.
+    #[test]
+    fn close_never_loses_an_accepted_push() {
+        loom::model(|| {
+            let ring = Arc::new(PendingRing::new(2));
+            let producer = {
+                let ring = Arc::clone(&ring);
+                thread::spawn(move || ring.try_push(7).is_ok())
+            };
+            ring.close();
+            let mut got = Vec::new();
+            // The producer may still be writing its claimed cell: drain waits for it.
+            ring.drain_closed(|v| got.push(v));
+            let accepted = producer.join().unwrap();
+            assert_eq!(got, if accepted { vec![7] } else { vec![] });
+        });
+    }
+}

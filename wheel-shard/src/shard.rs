@@ -1,0 +1,207 @@
+//! [`Shard`]: the part of a shard that every thread shares — its pending ring, its notice
+//! queue, its timer table and the protocol that wakes its tick thread.
+//!
+//! Producers put new timers in the bounded ring. `cancel`, an earlier `reschedule` and workers
+//! re-arming repeating timers leave a [`Notice`] in an unbounded queue instead: those calls have
+//! already decided their outcome on the timer's state word, so they must not fail on a full ring,
+//! and their number is bounded by the timers that exist.
+//!
+//! The tick thread publishes the tick it plans to wake at (`wake_at`) before it sleeps, then
+//! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
+//! only when its deadline is earlier. Both sides use SeqCst, so at least one sees the other: a
+//! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::Injector;
+use crossbeam_utils::{Backoff, CachePadded};
+
+use crate::core::PendingLimit;
+use crate::error::ScheduleError;
+use crate::executor::Repeat;
+use crate::job::{next_run, Armed, BoxedJob};
+use crate::ring::{PendingRing, PushError};
+use crate::table::TimerTable;
+
+/// `wake_at` while the tick thread is awake: no producer needs to wake it.
+const AWAKE: u64 = 0;
+/// `wake_at` while it sleeps with nothing pending: any deadline wakes it.
+pub(crate) const IDLE: u64 = u64::MAX;
+
+/// Work for the tick thread that does not go through the ring.
+pub(crate) enum Notice {
+    /// Timer `(slot, gen)` was cancelled or moved earlier: look at its state word.
+    Touch { slot: u32, gen: u32 },
+    /// A repeating timer finished a run and is due again.
+    Rearm(Armed),
+}
+
+pub(crate) struct Shard {
+    pub(crate) index: usize,
+    pub(crate) ring: PendingRing<Armed>,
+    pub(crate) notices: Injector<Notice>,
+    pub(crate) table: TimerTable,
+    limit: Arc<PendingLimit>,
+    wake_at: CachePadded<AtomicU64>,
+    wake_requested: AtomicBool,
+    thread: OnceLock<Thread>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+    /// Timers in the wheel, as the tick thread last published.
+    pub(crate) in_wheel: AtomicUsize,
+}
+
+impl Shard {
+    pub(crate) fn new(index: usize, ring_capacity: usize, limit: Arc<PendingLimit>) -> Self {
+        Shard {
+            index,
+            ring: PendingRing::new(ring_capacity),
+            notices: Injector::new(),
+            table: TimerTable::new(),
+            limit,
+            wake_at: CachePadded::new(AtomicU64::new(AWAKE)),
+            wake_requested: AtomicBool::new(false),
+            thread: OnceLock::new(),
+            stop: AtomicBool::new(false),
+            wakeups: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            in_wheel: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn set_thread(&self, thread: Thread) {
+        let _ = self.thread.set(thread);
+    }
+
+    /// Puts a new timer in the ring, waiting up to `timeout` for room when it is full.
+    pub(crate) fn push(&self, armed: Armed, timeout: Duration) -> Result<(), ScheduleError> {
+        let mut armed = match self.ring.try_push(armed) {
+            Ok(()) => return Ok(()),
+            Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
+            Err(PushError::Full(armed)) => armed,
+        };
+        let started = Instant::now();
+        let backoff = Backoff::new();
+        loop {
+            self.wake();
+            if backoff.is_completed() {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                backoff.snooze();
+            }
+            armed = match self.ring.try_push(armed) {
+                Ok(()) => return Ok(()),
+                Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
+                Err(PushError::Full(armed)) => armed,
+            };
+            if started.elapsed() >= timeout {
+                return Err(ScheduleError::Saturated);
+            }
+        }
+    }
+
+    /// Tells the tick thread about `notice`; `due` is the tick by which it should act.
+    pub(crate) fn notify(&self, notice: Notice, due: u64) {
+        self.notices.push(notice);
+        fence(Ordering::SeqCst);
+        self.nudge(due);
+    }
+
+    /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work.
+    pub(crate) fn nudge(&self, due: u64) {
+        if due < self.wake_at.load(Ordering::SeqCst)
+            && !self.wake_requested.swap(true, Ordering::AcqRel)
+        {
+            self.unpark();
+        }
+    }
+
+    /// Wakes the tick thread now.
+    pub(crate) fn wake(&self) {
+        self.wake_requested.store(true, Ordering::Release);
+        self.unpark();
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+
+    /// Tick thread: it is awake and will look at everything queued.
+    pub(crate) fn mark_awake(&self) {
+        self.wake_at.store(AWAKE, Ordering::SeqCst);
+        self.wake_requested.store(false, Ordering::Release);
+    }
+
+    /// Tick thread: it means to sleep until `tick` ([`IDLE`]: until woken). Returns `false` when
+    /// work arrived meanwhile and it must not sleep.
+    pub(crate) fn plan_sleep(&self, tick: u64) -> bool {
+        self.wake_at.store(tick.max(1), Ordering::SeqCst);
+        self.ring.is_empty() && self.notices.is_empty() && !self.stop.load(Ordering::SeqCst)
+    }
+
+    /// A slot whose timer ended goes back for reuse, and its place under `max_pending` frees up.
+    pub(crate) fn recycle(&self, slot: u32) {
+        self.limit.release();
+        self.table.recycle(slot);
+    }
+
+    /// Retires a slot whose timer was cancelled, counting it.
+    pub(crate) fn end_cancelled(&self, slot: u32) {
+        if let Some(cell) = self.table.cell(slot) {
+            cell.retire();
+        }
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
+        self.recycle(slot);
+    }
+
+    /// A worker finished a run of a repeating timer: re-arm it for its next deadline, or end it
+    /// when it was cancelled during the run or panicked.
+    pub(crate) fn after_run(
+        &self,
+        repeat: Repeat,
+        job: BoxedJob,
+        deadline: u64,
+        ok: bool,
+        now: u64,
+    ) {
+        let Some(cell) = self.table.cell(repeat.slot) else {
+            return;
+        };
+        let period = job.period().unwrap_or(1);
+        if ok {
+            let next = next_run(deadline, period, now);
+            if cell.finish_run(repeat.gen, next) {
+                let armed = Armed {
+                    slot: repeat.slot,
+                    gen: repeat.gen,
+                    job,
+                };
+                self.notify(Notice::Rearm(armed), next);
+                return;
+            }
+        }
+        // Cancelled during the run (or it panicked, which ends a repeating timer as the JDK's
+        // ScheduledThreadPoolExecutor does): no one else holds it, so it ends here.
+        self.close_out(repeat.slot, repeat.gen);
+    }
+
+    /// Ends timer `(slot, gen)` outside the wheel: retires its slot, counting it as cancelled if
+    /// it was. Returns whether it was still live (not cancelled).
+    pub(crate) fn close_out(&self, slot: u32, gen: u32) -> bool {
+        let Some(cell) = self.table.cell(slot) else {
+            return false;
+        };
+        let live = cell.hand_back(gen);
+        if !live {
+            self.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+        self.recycle(slot);
+        live
+    }
+}

@@ -1,0 +1,414 @@
+//! [`TimerCell`]: one timer's shared state word, the single place where `cancel`, `reschedule`
+//! and the tick thread's decision to fire meet.
+//!
+//! ```text
+//!            arm                 tick thread: due           (one-shot: retired at once)
+//!   FREE ─────────────▶ SCHEDULED ──────────────▶ FIRING ──▶ run ──▶ SCHEDULED (repeating)
+//!     ▲                  │  ▲  │                    │
+//!     │        cancel()  │  │  │ reschedule():      │ cancel() of a repeating timer
+//!     │                  ▼  │  ▼ LOCKED bit, seq+1  ▼
+//!     └──── retire ─── CANCELLED ◀──────────────────┘
+//! ```
+//!
+//! The word packs `generation (32) | seq (24) | flags (8)`. Every transition is a CAS on the
+//! whole word, so exactly one of two racing threads wins: `cancel` returning `true` means the
+//! tick thread's CAS to FIRING failed and the task will never run. Retiring a slot bumps the
+//! generation, so an old `TimerId` can never act on the slot's next timer.
+//!
+//! The deadline lives beside the word. `reschedule` takes the LOCKED bit, writes the deadline
+//! and releases the bit while bumping `seq`; the tick thread reads the word, then the deadline,
+//! and fires only if its CAS finds the word unchanged, so it never fires on a deadline that a
+//! completed `reschedule` replaced (the seq bump defeats ABA on the word).
+
+use crossbeam_utils::Backoff;
+
+use crate::sync::{spin_wait, AtomicU64, Ordering};
+
+const STATE: u64 = 0b111;
+const FREE: u64 = 0;
+const SCHEDULED: u64 = 1;
+const FIRING: u64 = 2;
+const CANCELLED: u64 = 3;
+const LOCKED: u64 = 1 << 3;
+const REPEATING: u64 = 1 << 4;
+const SEQ_SHIFT: u32 = 8;
+const SEQ: u64 = 0x00ff_ffff << SEQ_SHIFT;
+const GENERATION_SHIFT: u32 = 32;
+
+fn generation(word: u64) -> u32 {
+    (word >> GENERATION_SHIFT) as u32
+}
+
+fn with_state(word: u64, state: u64) -> u64 {
+    (word & !STATE) | state
+}
+
+fn bump_seq(word: u64) -> u64 {
+    (word & !SEQ) | (word.wrapping_add(1 << SEQ_SHIFT) & SEQ)
+}
+
+/// The word of a retired slot: free, with the next generation.
+fn retired(word: u64) -> u64 {
+    u64::from(generation(word).wrapping_add(1)) << GENERATION_SHIFT
+}
+
+/// What the tick thread should do with an entry the wheel handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// A one-shot timer fired at this deadline; its slot is retired already.
+    Fire(u64),
+    /// A repeating timer is running for the run due at this deadline (state FIRING).
+    FireRepeating(u64),
+    /// Rescheduled to this later deadline: put it back in the wheel.
+    Later(u64),
+    /// A reschedule is writing the deadline right now: look again next tick.
+    Busy,
+    /// Cancelled: retire the slot and drop the task.
+    Cancelled,
+}
+
+/// How a timer that reached the tick thread (from the ring or re-armed) should be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Put it in the wheel at this deadline.
+    Pending(u64),
+    /// It was cancelled on the way: retire it.
+    Cancelled,
+}
+
+#[derive(Debug)]
+pub(crate) struct TimerCell {
+    word: AtomicU64,
+    deadline: AtomicU64,
+}
+
+impl TimerCell {
+    pub(crate) fn new() -> Self {
+        TimerCell {
+            word: AtomicU64::new(FREE),
+            deadline: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes a free slot (claimed by this thread alone) a scheduled timer; returns the
+    /// generation its id must carry.
+    pub(crate) fn arm(&self, deadline: u64, repeating: bool) -> u32 {
+        let word = self.word.load(Ordering::Relaxed);
+        debug_assert_eq!(word & STATE, FREE, "armed a slot that is not free");
+        self.deadline.store(deadline, Ordering::Relaxed);
+        let flags = if repeating { REPEATING } else { 0 };
+        self.word
+            .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
+        generation(word)
+    }
+
+    /// Frees the slot for its next timer; every id of this one goes stale.
+    pub(crate) fn retire(&self) {
+        let word = self.word.load(Ordering::Relaxed);
+        self.word.store(retired(word), Ordering::Release);
+    }
+
+    /// `true` when the timer of generation `gen` will never run (again): a pending timer, or a
+    /// repeating one between or during runs. `false` when it ran, is running (one-shot), was
+    /// cancelled already, or the id is stale.
+    pub(crate) fn cancel(&self, gen: u32) -> bool {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if generation(word) != gen {
+                return false;
+            }
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            let cancellable = match word & STATE {
+                SCHEDULED => true,
+                FIRING => word & REPEATING != 0,
+                _ => false,
+            };
+            if !cancellable {
+                return false;
+            }
+            let next = with_state(word, CANCELLED);
+            if self
+                .word
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+
+    /// Moves a scheduled timer to `deadline`; returns the deadline it had, or `None` when it is
+    /// not scheduled (fired, firing, cancelled, stale).
+    pub(crate) fn reschedule(&self, gen: u32, deadline: u64) -> Option<u64> {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if generation(word) != gen || word & STATE != SCHEDULED {
+                return None;
+            }
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            if self
+                .word
+                .compare_exchange(word, word | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                let old = self.deadline.load(Ordering::Relaxed);
+                self.deadline.store(deadline, Ordering::Relaxed);
+                self.word.store(bump_seq(word), Ordering::Release);
+                return Some(old);
+            }
+        }
+    }
+
+    /// The tick thread's decision for an entry of generation `gen` that the wheel handed out at
+    /// tick `now`.
+    pub(crate) fn expire(&self, gen: u32, now: u64) -> Expiry {
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            debug_assert_eq!(generation(word), gen, "wheel entry outlived its timer");
+            if word & LOCKED != 0 {
+                return Expiry::Busy;
+            }
+            match word & STATE {
+                SCHEDULED => {}
+                CANCELLED => return Expiry::Cancelled,
+                state => unreachable!("timer in the wheel in state {state}"),
+            }
+            let deadline = self.deadline.load(Ordering::Relaxed);
+            if deadline > now {
+                return Expiry::Later(deadline);
+            }
+            let repeating = word & REPEATING != 0;
+            let next = if repeating {
+                with_state(word, FIRING)
+            } else {
+                retired(word)
+            };
+            if self
+                .word
+                .compare_exchange(word, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return if repeating {
+                    Expiry::FireRepeating(deadline)
+                } else {
+                    Expiry::Fire(deadline)
+                };
+            }
+        }
+    }
+
+    /// How the tick thread admits a timer of generation `gen` arriving from the ring or from a
+    /// re-arm. A reschedule in progress is fine: it sends a notice when it is done.
+    pub(crate) fn admit(&self, gen: u32) -> Admission {
+        let word = self.word.load(Ordering::Acquire);
+        debug_assert_eq!(generation(word), gen, "admitted a stale timer");
+        if word & STATE == CANCELLED {
+            Admission::Cancelled
+        } else {
+            Admission::Pending(self.deadline.load(Ordering::Acquire))
+        }
+    }
+
+    /// The deadline a scheduled timer has now.
+    pub(crate) fn deadline(&self) -> u64 {
+        self.deadline.load(Ordering::Acquire)
+    }
+
+    /// Whether generation `gen` is cancelled and waits to be retired.
+    pub(crate) fn is_cancelled(&self, gen: u32) -> bool {
+        let word = self.word.load(Ordering::Acquire);
+        generation(word) == gen && word & STATE == CANCELLED
+    }
+
+    /// After a repeating timer's run: schedules the next run at `deadline`, or returns `false`
+    /// when it was cancelled during the run (the caller retires it).
+    pub(crate) fn finish_run(&self, gen: u32, deadline: u64) -> bool {
+        // FIRING belongs to the running worker: no reschedule writes the deadline meanwhile.
+        self.deadline.store(deadline, Ordering::Relaxed);
+        let word = self.word.load(Ordering::Acquire);
+        debug_assert_eq!(generation(word), gen);
+        match word & STATE {
+            FIRING => self
+                .word
+                .compare_exchange(
+                    word,
+                    with_state(word, SCHEDULED),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok(),
+            _ => false,
+        }
+    }
+
+    /// At shutdown: takes a scheduled timer back from the service (`true`), or reports it was
+    /// cancelled (`false`). Either way the slot is retired.
+    pub(crate) fn hand_back(&self, gen: u32) -> bool {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            debug_assert_eq!(generation(word), gen);
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            if self
+                .word
+                .compare_exchange(word, retired(word), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return word & STATE != CANCELLED;
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_shot_lifecycle() {
+        let cell = TimerCell::new();
+        let gen = cell.arm(10, false);
+        assert_eq!(cell.admit(gen), Admission::Pending(10));
+        assert_eq!(cell.expire(gen, 5), Expiry::Later(10));
+        assert_eq!(cell.expire(gen, 10), Expiry::Fire(10));
+        assert!(!cell.cancel(gen), "fired: stale");
+        assert_eq!(cell.reschedule(gen, 20), None);
+        assert_eq!(cell.arm(1, false), gen + 1);
+    }
+
+    #[test]
+    fn cancel_wins_once() {
+        let cell = TimerCell::new();
+        let gen = cell.arm(10, false);
+        assert!(cell.cancel(gen));
+        assert!(!cell.cancel(gen));
+        assert_eq!(cell.expire(gen, 10), Expiry::Cancelled);
+        assert_eq!(cell.admit(gen), Admission::Cancelled);
+        assert!(!cell.hand_back(gen));
+    }
+
+    #[test]
+    fn reschedule_changes_the_deadline_the_tick_thread_sees() {
+        let cell = TimerCell::new();
+        let gen = cell.arm(10, false);
+        assert_eq!(cell.reschedule(gen, 30), Some(10));
+        assert_eq!(cell.expire(gen, 10), Expiry::Later(30));
+        assert_eq!(cell.reschedule(gen, 3), Some(30));
+        assert_eq!(cell.expire(gen, 10), Expiry::Fire(3));
+    }
+
+    #[test]
+    fn repeating_cancelled_during_a_run() {
+        let cell = TimerCell::new();
+        let gen = cell.arm(10, true);
+        assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
+        assert_eq!(cell.reschedule(gen, 50), None, "running: not rescheduled");
+        assert!(cell.cancel(gen), "a repeating timer can be stopped mid-run");
+        assert!(!cell.finish_run(gen, 20));
+    }
+
+    #[test]
+    fn repeating_rearms() {
+        let cell = TimerCell::new();
+        let gen = cell.arm(10, true);
+        assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
+        assert!(cell.finish_run(gen, 20));
+        assert_eq!(cell.admit(gen), Admission::Pending(20));
+        assert!(cell.hand_back(gen));
+        assert!(!cell.cancel(gen));
+    }
+
+    #[test]
+    fn seq_wraps_without_touching_flags_or_generation() {
+        let word = (7u64 << GENERATION_SHIFT) | SEQ | REPEATING | SCHEDULED;
+        let bumped = bump_seq(word);
+        assert_eq!(bumped & SEQ, 0);
+        assert_eq!(bumped & !SEQ, word & !SEQ);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// cancel races the tick thread: exactly one of "cancel returned true" and "fired" happens.
+    #[test]
+    fn cancel_versus_fire() {
+        loom::model(|| {
+            let cell = Arc::new(TimerCell::new());
+            let gen = cell.arm(5, false);
+            let canceller = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.cancel(gen))
+            };
+            let fired = matches!(cell.expire(gen, 5), Expiry::Fire(_));
+            let cancelled = canceller.join().unwrap();
+            assert!(fired != cancelled, "fired={fired} cancelled={cancelled}");
+        });
+    }
+
+    /// reschedule races the tick thread: when reschedule reports success, the timer did not
+    /// fire on the old deadline; when it fails, the timer fired.
+    #[test]
+    fn reschedule_versus_fire() {
+        loom::model(|| {
+            let cell = Arc::new(TimerCell::new());
+            let gen = cell.arm(5, false);
+            let rescheduler = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.reschedule(gen, 100).is_some())
+            };
+            let first = cell.expire(gen, 5);
+            let moved = rescheduler.join().unwrap();
+            match first {
+                Expiry::Fire(at) => {
+                    assert_eq!(at, 5);
+                    assert!(!moved, "rescheduled a timer that fired on its old deadline");
+                }
+                Expiry::Later(at) => {
+                    assert_eq!(at, 100);
+                    assert!(moved);
+                }
+                Expiry::Busy => {
+                    assert!(moved);
+                    assert_eq!(cell.expire(gen, 5), Expiry::Later(100));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        });
+    }
+
+    /// cancel races the end of a repeating run: a `true` cancel means no re-arm.
+    #[test]
+    fn cancel_versus_rearm() {
+        loom::model(|| {
+            let cell = Arc::new(TimerCell::new());
+            let gen = cell.arm(5, true);
+            assert_eq!(cell.expire(gen, 5), Expiry::FireRepeating(5));
+            let canceller = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.cancel(gen))
+            };
+            let rearmed = cell.finish_run(gen, 10);
+            let cancelled = canceller.join().unwrap();
+            assert!(cancelled, "a repeating timer is always cancellable");
+            if rearmed {
+                // Cancelled after the re-arm: the tick thread must see it when admitting.
+                assert_eq!(cell.admit(gen), Admission::Cancelled);
+            }
+        });
+    }
+}

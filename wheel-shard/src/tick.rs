@@ -1,0 +1,217 @@
+//! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
+//!
+//! Each pass: move at most `transfer_batch` new timers from the ring into the wheel, apply every
+//! notice (cancels, earlier deadlines, re-arms), hand every due timer to the executor, then sleep
+//! until the wheel's next due slot — or not at all while the ring still has work, or forever
+//! while the wheel is empty. It never runs a callback.
+
+use wheel_core::{TimerKey, Wheel};
+
+use crate::core::Core;
+use crate::executor::{Repeat, Run};
+use crate::job::Armed;
+use crate::shard::{Notice, Shard, IDLE};
+use crate::state::{Admission, Expiry, TimerCell};
+use crate::timer::{TimerId, Unfired};
+
+/// `keys` entry of a slot with nothing in the wheel.
+const NO_KEY: u64 = u64::MAX;
+
+pub(crate) struct TickLoop<'a> {
+    core: &'a Core,
+    shard: &'a Shard,
+    wheel: Wheel<Armed>,
+    /// The wheel key of each slot's timer (as `TimerKey::to_u64`), so notices find it in O(1).
+    keys: Vec<u64>,
+    batch: usize,
+}
+
+impl<'a> TickLoop<'a> {
+    pub(crate) fn new(core: &'a Core, shard: usize) -> Self {
+        let wheel = Wheel::with_slots(core.config.wheel_slots)
+            .expect("Config::validate bounds wheel_slots");
+        TickLoop {
+            core,
+            shard: &core.shards[shard],
+            wheel,
+            keys: Vec::new(),
+            batch: core.config.transfer_batch,
+        }
+    }
+
+    /// Runs until the shard is stopped, then hands back every timer that had not fired.
+    pub(crate) fn run(mut self) -> Vec<Unfired> {
+        let shard = self.shard;
+        loop {
+            shard.mark_awake();
+            if shard.stop.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            let now = self.core.clock.now();
+            self.transfer();
+            self.apply_notices();
+            self.expire(now);
+            self.publish();
+            if !shard.ring.is_empty() || self.wheel.next_expiration().is_some_and(|t| t <= now) {
+                continue;
+            }
+            let next = self.wheel.next_expiration();
+            if !shard.plan_sleep(next.unwrap_or(IDLE)) {
+                continue;
+            }
+            match next {
+                Some(tick) => std::thread::park_timeout(self.core.clock.until(tick)),
+                None => std::thread::park(),
+            }
+            shard
+                .wakeups
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.hand_back()
+    }
+
+    fn cell(&self, slot: u32) -> &'a TimerCell {
+        self.shard
+            .table
+            .cell(slot)
+            .expect("a slot in flight has a cell")
+    }
+
+    /// Moves up to one batch of new timers from the ring into the wheel.
+    fn transfer(&mut self) {
+        for _ in 0..self.batch {
+            match self.shard.ring.pop() {
+                Some(armed) => self.admit(armed),
+                None => break,
+            }
+        }
+    }
+
+    fn apply_notices(&mut self) {
+        while let Some(notice) = self.shard.notices.steal().success() {
+            match notice {
+                Notice::Touch { slot, gen } => self.touch(slot, gen),
+                Notice::Rearm(armed) => self.admit(armed),
+            }
+        }
+    }
+
+    /// A timer arriving from the ring or a re-arm: into the wheel, unless cancelled on the way.
+    fn admit(&mut self, armed: Armed) {
+        match self.cell(armed.slot).admit(armed.gen) {
+            Admission::Pending(deadline) => self.insert(deadline, armed),
+            Admission::Cancelled => self.shard.end_cancelled(armed.slot),
+        }
+    }
+
+    fn insert(&mut self, deadline: u64, armed: Armed) {
+        let slot = armed.slot as usize;
+        let key = self.wheel.insert(deadline, armed);
+        if self.keys.len() <= slot {
+            self.keys.resize(slot + 1, NO_KEY);
+        }
+        self.keys[slot] = key.to_u64();
+    }
+
+    /// The wheel key of timer `(slot, gen)`, if that timer is in the wheel.
+    fn key_of(&self, slot: u32, gen: u32) -> Option<TimerKey> {
+        let raw = *self.keys.get(slot as usize)?;
+        let key = TimerKey::from_u64(raw);
+        (raw != NO_KEY && self.wheel.get(key)?.gen == gen).then_some(key)
+    }
+
+    /// A cancel or an earlier deadline for a timer: apply it now rather than at its old deadline,
+    /// so a cancelled timer's memory comes back within a tick.
+    fn touch(&mut self, slot: u32, gen: u32) {
+        let Some(key) = self.key_of(slot, gen) else {
+            return; // not in the wheel yet (the ring will bring it) or no longer
+        };
+        let cell = self.cell(slot);
+        if cell.is_cancelled(gen) {
+            drop(self.wheel.remove(key));
+            self.keys[slot as usize] = NO_KEY;
+            self.shard.end_cancelled(slot);
+        } else if self.wheel.deadline(key) != Some(cell.deadline()) {
+            let _ = self.wheel.reschedule(key, cell.deadline());
+        }
+    }
+
+    /// Hands every due timer (at most one batch) to the executor.
+    fn expire(&mut self, now: u64) {
+        let mut handed = 0;
+        for _ in 0..self.batch {
+            let Some(entry) = self.wheel.poll(now) else {
+                break;
+            };
+            let armed = entry.value;
+            self.keys[armed.slot as usize] = NO_KEY;
+            let run = match self.cell(armed.slot).expire(armed.gen, now) {
+                Expiry::Fire(deadline) => {
+                    self.shard.recycle(armed.slot);
+                    Run {
+                        job: armed.job,
+                        deadline,
+                        repeat: None,
+                    }
+                }
+                Expiry::FireRepeating(deadline) => Run {
+                    repeat: Some(Repeat {
+                        shard: self.shard.index,
+                        slot: armed.slot,
+                        gen: armed.gen,
+                    }),
+                    job: armed.job,
+                    deadline,
+                },
+                Expiry::Later(deadline) => {
+                    self.insert(deadline, armed);
+                    continue;
+                }
+                Expiry::Busy => {
+                    self.insert(now + 1, armed);
+                    continue;
+                }
+                Expiry::Cancelled => {
+                    self.shard.end_cancelled(armed.slot);
+                    continue;
+                }
+            };
+            self.core.executor.submit(self.shard.index, run);
+            handed += 1;
+        }
+        self.core.executor.notify(handed);
+    }
+
+    fn publish(&self) {
+        self.shard
+            .in_wheel
+            .store(self.wheel.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// At shutdown: everything still in the ring, the notices and the wheel comes back as
+    /// [`Unfired`], except timers cancelled on the way, which are counted as cancelled.
+    fn hand_back(mut self) -> Vec<Unfired> {
+        let shard = self.shard;
+        shard.ring.drain_closed(|armed| self.admit(armed));
+        self.apply_notices();
+        let mut unfired = Vec::with_capacity(self.wheel.len());
+        let entries: Vec<Armed> = self.wheel.drain().map(|entry| entry.value).collect();
+        for armed in entries {
+            if let Some(timer) = hand_back(self.core, shard, armed) {
+                unfired.push(timer);
+            }
+        }
+        self.publish();
+        unfired
+    }
+}
+
+/// Takes one timer back from the service at shutdown: `Some` unless it was cancelled.
+pub(crate) fn hand_back(core: &Core, shard: &Shard, armed: Armed) -> Option<Unfired> {
+    let deadline = shard.table.cell(armed.slot)?.deadline();
+    shard.close_out(armed.slot, armed.gen).then(|| Unfired {
+        id: TimerId::new(shard.index, armed.slot, armed.gen),
+        deadline: core.clock.instant(deadline),
+        job: armed.job,
+    })
+}
