@@ -1,0 +1,485 @@
+//! idle_proxy: a TCP proxy whose idle and request timeouts live in a wheel `TimerService`.
+//!
+//! ```text
+//! cargo run --release --example idle_proxy --features tokio -- \
+//!     --listen 127.0.0.1:7000 --upstream 127.0.0.1:6379 --idle 30s --request-timeout 2s
+//! ```
+//!
+//! Every connection has one idle timer in the service; each read or write in either direction
+//! pushes it back with `reschedule` (the heartbeat / idle-detection case). While the client has
+//! sent bytes that upstream has not answered, a request timer runs too; upstream's next bytes
+//! cancel it. A timer that fires raises its connection's [`Alarm`] (a tokio `Notify`) and the
+//! connection's task closes both sockets. Ctrl-C prints the service's stats and exits.
+//!
+//! `tests/proxy_redis.rs` includes this file as a module and runs [`Proxy`] in-process.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use wheel_shard::{Config, ConfigError, ScheduleError, Stats, TimerId, TimerService};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    about = "A TCP proxy that closes idle connections; its timers live in a wheel TimerService"
+)]
+pub struct Args {
+    /// Address to listen on; port 0 picks a free port (the address is printed at startup).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Address every connection is relayed to.
+    #[arg(long)]
+    pub upstream: SocketAddr,
+    /// Close a connection after this long without a read or write in either direction ("30s").
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle: Duration,
+    /// Close a client whose upstream has not answered this long after the client sent bytes.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// Timer service config (TOML); `WHEEL_*` environment variables override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// What can stop the proxy from starting. Each message names the address or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: io::Error },
+    #[error("upstream {addr} is unreachable: {source}")]
+    Upstream { addr: SocketAddr, source: io::Error },
+    #[error("upstream {addr} did not accept a connection within {limit:?}")]
+    UpstreamSilent { addr: SocketAddr, limit: Duration },
+    #[error("timer service config: {0}")]
+    Config(#[from] ConfigError),
+    #[error("timer service: {0}")]
+    Timers(#[from] ScheduleError),
+}
+
+/// The proxy's timing rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub idle: Duration,
+    pub request_timeout: Option<Duration>,
+}
+
+/// Connection counts, updated as connections end.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub accepted: AtomicU64,
+    pub closed_idle: AtomicU64,
+    pub closed_request_timeout: AtomicU64,
+    pub closed_normally: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// What [`Proxy::run_until`] hands back: the service's stats after the last connection closed.
+#[derive(Debug)]
+pub struct Report {
+    pub stats: Stats,
+    pub counters: Arc<Counters>,
+}
+
+/// Why a connection's timer closed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    Idle = 1,
+    RequestTimeout = 2,
+}
+
+/// Raised by a connection's timer callbacks (on the service's executor threads), awaited by
+/// the connection's task. The first reason wins.
+#[derive(Default)]
+pub struct Alarm {
+    reason: AtomicU8,
+    notify: Notify,
+}
+
+impl Alarm {
+    fn raise(&self, reason: CloseReason) {
+        let first =
+            self.reason
+                .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+        if first.is_ok() {
+            // notify_one keeps a permit when the task is not waiting yet: no lost wake-up.
+            self.notify.notify_one();
+        }
+    }
+
+    async fn raised(&self) -> CloseReason {
+        self.notify.notified().await;
+        match self.reason.load(Ordering::Acquire) {
+            1 => CloseReason::Idle,
+            _ => CloseReason::RequestTimeout,
+        }
+    }
+}
+
+fn raise_on_fire(alarm: &Arc<Alarm>, reason: CloseReason) -> impl FnOnce() + Send + 'static {
+    let alarm = Arc::clone(alarm);
+    move || alarm.raise(reason)
+}
+
+/// One connection's timers. Dropping it cancels whatever has not fired.
+struct ConnTimers {
+    timers: TimerService,
+    limits: Limits,
+    alarm: Arc<Alarm>,
+    idle: TimerId,
+    request: Mutex<Option<TimerId>>,
+}
+
+impl ConnTimers {
+    fn start(timers: &TimerService, limits: Limits) -> Result<ConnTimers, ScheduleError> {
+        let alarm = Arc::new(Alarm::default());
+        let idle = timers.schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
+        Ok(ConnTimers {
+            timers: timers.clone(),
+            limits,
+            alarm,
+            idle,
+            request: Mutex::new(None),
+        })
+    }
+
+    /// Bytes moved: push the idle deadline back. A `false` from `reschedule` means the timer
+    /// fired already; the alarm is raised and the task is closing the connection.
+    fn touch(&self) {
+        self.timers.reschedule(self.idle, self.limits.idle);
+    }
+
+    /// The client sent bytes: start the request deadline unless one is already running (the
+    /// oldest unanswered bytes set the deadline).
+    fn request_sent(&self) -> Result<(), ScheduleError> {
+        let Some(limit) = self.limits.request_timeout else {
+            return Ok(());
+        };
+        let mut running = self.request.lock().unwrap_or_else(PoisonError::into_inner);
+        if running.is_none() {
+            let fire = raise_on_fire(&self.alarm, CloseReason::RequestTimeout);
+            *running = Some(self.timers.schedule(limit, fire)?);
+        }
+        Ok(())
+    }
+
+    /// Upstream sent bytes: the outstanding request is answered.
+    fn answered(&self) {
+        let running = self
+            .request
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(id) = running {
+            self.timers.cancel(id);
+        }
+    }
+}
+
+impl Drop for ConnTimers {
+    fn drop(&mut self) {
+        self.timers.cancel(self.idle);
+        self.answered();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ClientToUpstream,
+    UpstreamToClient,
+}
+
+/// Copies one direction until EOF (then half-closes the other side), touching the timers.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    conn: &ConnTimers,
+    direction: Direction,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        conn.touch();
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        match direction {
+            // Armed before forwarding, so a fast answer cannot arrive before the deadline.
+            Direction::ClientToUpstream => conn.request_sent().map_err(io::Error::other)?,
+            Direction::UpstreamToClient => conn.answered(),
+        }
+        to.write_all(&buf[..n]).await?;
+        conn.touch();
+    }
+}
+
+/// Connects upstream and relays both directions until both have ended.
+async fn relay(client: TcpStream, upstream: SocketAddr, conn: &ConnTimers) -> io::Result<()> {
+    let upstream = TcpStream::connect(upstream).await?;
+    // Request/response traffic: Nagle would hold back small replies.
+    client.set_nodelay(true)?;
+    upstream.set_nodelay(true)?;
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    tokio::try_join!(
+        pump(
+            client_read,
+            upstream_write,
+            conn,
+            Direction::ClientToUpstream
+        ),
+        pump(
+            upstream_read,
+            client_write,
+            conn,
+            Direction::UpstreamToClient
+        ),
+    )?;
+    Ok(())
+}
+
+/// Everything a connection's task needs.
+struct Shared {
+    timers: TimerService,
+    upstream: SocketAddr,
+    limits: Limits,
+    counters: Arc<Counters>,
+}
+
+/// One connection, from accept to close. Sockets close when `relay` is dropped.
+async fn serve(client: TcpStream, shared: Arc<Shared>) {
+    let counters = &shared.counters;
+    let conn = match ConnTimers::start(&shared.timers, shared.limits) {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::warn!("refusing a connection, no idle timer: {error}");
+            counters.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let alarm = Arc::clone(&conn.alarm);
+    let counter = tokio::select! {
+        reason = alarm.raised() => match reason {
+            CloseReason::Idle => &counters.closed_idle,
+            CloseReason::RequestTimeout => &counters.closed_request_timeout,
+        },
+        result = relay(client, shared.upstream, &conn) => match result {
+            Ok(()) => &counters.closed_normally,
+            Err(error) => {
+                tracing::debug!("connection to {} ended: {error}", shared.upstream);
+                &counters.failed
+            }
+        },
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A bound proxy, ready to run.
+pub struct Proxy {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+/// Pending connections the kernel queues for `accept`; tokio's default (1024) is short for a
+/// burst of thousands of connects.
+const BACKLOG: u32 = 4096;
+
+/// How long the startup check waits for upstream to accept a connection.
+const UPSTREAM_CHECK: Duration = Duration::from_secs(3);
+
+impl Proxy {
+    /// Binds `listen` and checks that `upstream` accepts connections.
+    pub async fn bind(
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        limits: Limits,
+        timers: TimerService,
+    ) -> Result<Proxy, StartError> {
+        let listener = listen_on(listen).map_err(|source| StartError::Listen {
+            addr: listen,
+            source,
+        })?;
+        check_upstream(&timers, upstream).await?;
+        let shared = Shared {
+            timers,
+            upstream,
+            limits,
+            counters: Arc::default(),
+        };
+        Ok(Proxy {
+            listener,
+            shared: Arc::new(shared),
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Live connection counts.
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.shared.counters)
+    }
+
+    /// Serves until `stop` completes, then closes every connection, shuts the timer service
+    /// down and reports its final stats.
+    pub async fn run_until(self, stop: impl Future<Output = ()>) -> Report {
+        let mut connections = JoinSet::new();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                Some(_) = connections.join_next() => {}
+                accepted = self.listener.accept() => match accepted {
+                    Ok((client, _)) => {
+                        self.shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                        connections.spawn(serve(client, Arc::clone(&self.shared)));
+                    }
+                    Err(error) => self.back_off_after(error).await,
+                },
+            }
+        }
+        // Aborting drops each connection's ConnTimers, which cancels its timers.
+        connections.shutdown().await;
+        self.shared.timers.shutdown();
+        Report {
+            stats: self.shared.timers.stats(),
+            counters: self.counters(),
+        }
+    }
+
+    /// Accept fails when the process is out of file descriptors: wait instead of spinning.
+    async fn back_off_after(&self, error: io::Error) {
+        tracing::warn!("accept failed: {error}");
+        let _ = self.shared.timers.sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // Lets a restarted proxy bind over TIME_WAIT sockets; a live listener still makes it fail.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+async fn check_upstream(timers: &TimerService, addr: SocketAddr) -> Result<(), StartError> {
+    match timers
+        .timeout(UPSTREAM_CHECK, TcpStream::connect(addr))
+        .await
+    {
+        Ok(Ok(_probe)) => Ok(()),
+        Ok(Err(source)) => Err(StartError::Upstream { addr, source }),
+        Err(wheel_shard::Elapsed::Deadline) => Err(StartError::UpstreamSilent {
+            addr,
+            limit: UPSTREAM_CHECK,
+        }),
+        Err(wheel_shard::Elapsed::TimerFailed(error)) => Err(StartError::Upstream {
+            addr,
+            source: io::Error::other(error),
+        }),
+    }
+}
+
+/// The timer service config: the file if given, then `WHEEL_*` overrides.
+pub fn load_config(path: Option<&Path>) -> Result<Config, ConfigError> {
+    let config = match path {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    config.with_env()
+}
+
+/// The Ctrl-C summary.
+pub fn print_report(report: &Report) {
+    let (stats, counters) = (&report.stats, &report.counters);
+    let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    println!(
+        "connections: accepted {}, closed idle {}, closed on request timeout {}, closed by a peer {}, failed {}",
+        count(&counters.accepted),
+        count(&counters.closed_idle),
+        count(&counters.closed_request_timeout),
+        count(&counters.closed_normally),
+        count(&counters.failed),
+    );
+    println!(
+        "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}",
+        stats.scheduled, stats.fired, stats.cancelled, stats.rejected, stats.pending
+    );
+    let l = &stats.lateness;
+    println!(
+        "lateness over {} runs: p50 {:?}, p90 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        l.count, l.p50, l.p90, l.p99, l.p999, l.max
+    );
+}
+
+async fn run(args: Args) -> Result<(), StartError> {
+    let timers = TimerService::new(load_config(args.config.as_deref())?)?;
+    let limits = Limits {
+        idle: args.idle,
+        request_timeout: args.request_timeout,
+    };
+    let proxy = Proxy::bind(args.listen, args.upstream, limits, timers).await?;
+    let local = proxy.local_addr().map_err(|source| StartError::Listen {
+        addr: args.listen,
+        source,
+    })?;
+    println!(
+        "idle_proxy listening on {local}, upstream {}",
+        args.upstream
+    );
+    let report = proxy.run_until(ctrl_c()).await;
+    print_report(&report);
+    Ok(())
+}
+
+/// Completes on Ctrl-C. If the handler cannot be installed, never completes (the process
+/// then ends only by a signal's default action) rather than stopping at once.
+async fn ctrl_c() {
+    if let Err(error) = tokio::signal::ctrl_c().await {
+        tracing::warn!("cannot listen for Ctrl-C: {error}");
+        std::future::pending::<()>().await;
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("idle_proxy: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("idle_proxy: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Futures on top of the service: [`TimerService::sleep`] and [`TimerService::timeout`].
+//!
+//! Built only on the public API (`schedule` and `cancel`): the timer's callback marks a shared
+//! [`Signal`] fired and wakes the waiting task; dropping the future cancels its timer. Nothing
+//! here needs a tokio runtime (the futures work on any executor); the module sits behind the
+//! `tokio` feature because that is where its users are.
+//!
+//! When the service cannot keep a timer, the future says so instead of hanging or firing early:
+//! a refused `schedule` (shut down, `max_pending`, saturated) and a timer the service drops
+//! unrun (shutdown hands back [`Unfired`](crate::Unfired) timers; dropping them drops their
+//! callbacks) both resolve the [`Sleep`] to a [`TimerError`], and a [`Timeout`] to
+//! [`Elapsed::TimerFailed`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::{ScheduleError, TimerId, TimerService};
+
+/// Why a [`Sleep`] ended without the service reaching its deadline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimerError {
+    /// `schedule` refused the timer.
+    #[error("the timer service refused the timer: {0}")]
+    Refused(ScheduleError),
+    /// The service dropped the timer unrun (it was shut down before the deadline).
+    #[error("the timer service dropped the timer unrun (it was shut down)")]
+    Abandoned,
+}
+
+/// Why a [`Timeout`] gave up on its future.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Elapsed {
+    /// The deadline passed before the future completed.
+    #[error("deadline has elapsed")]
+    Deadline,
+    /// The deadline cannot be kept: the service refused or dropped the timer. Reported at
+    /// once rather than letting the future run without its deadline.
+    #[error("the timeout's timer failed: {0}")]
+    TimerFailed(TimerError),
+}
+
+const PENDING: u8 = 0;
+const FIRED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Shared by a [`Sleep`] and its timer's callback: the outcome and the waker to call.
+#[derive(Default)]
+struct Signal {
+    state: AtomicU8,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    /// Records the outcome (the first one wins) and wakes the waiting task.
+    fn settle(&self, outcome: u8) {
+        if self
+            .state
+            .compare_exchange(PENDING, outcome, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if let Some(waker) = self.take_waker() {
+                waker.wake();
+            }
+        }
+    }
+
+    fn take_waker(&self) -> Option<Waker> {
+        self.waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Stores the task's waker, then reads the outcome. Storing first means a `settle` racing
+    /// with this poll either finds the waker or is seen here.
+    fn poll_outcome(&self, cx: &mut Context<'_>) -> Poll<Result<(), TimerError>> {
+        {
+            let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
+            match slot.as_ref() {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                _ => *slot = Some(cx.waker().clone()),
+            }
+        }
+        match self.state.load(Ordering::Acquire) {
+            PENDING => Poll::Pending,
+            FIRED => Poll::Ready(Ok(())),
+            _ => Poll::Ready(Err(TimerError::Abandoned)),
+        }
+    }
+}
+
+/// The timer's callback. Run, it fires the signal; dropped unrun (by `cancel`, or by the
+/// service on shutdown), it abandons it, so a waiting task is never left hanging.
+struct Alarm(Arc<Signal>);
+
+impl Alarm {
+    fn ring(self) {
+        self.0.settle(FIRED);
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        // After `ring` this is a no-op: the first outcome wins.
+        self.0.settle(ABANDONED);
+    }
+}
+
+/// A future that completes when its timer in a [`TimerService`] fires, never earlier than
+/// the requested delay. Dropping it cancels the timer (counted in `Stats::cancelled`).
+///
+/// Resolves to `Ok(())` when the timer fired, or to a [`TimerError`] when the service refused
+/// or dropped it.
+#[must_use = "a Sleep does nothing unless awaited; dropping it cancels its timer"]
+pub struct Sleep {
+    timers: TimerService,
+    signal: Arc<Signal>,
+    /// `None` once fired or cancelled, or when `schedule` refused the timer.
+    timer: Option<TimerId>,
+    refused: Option<ScheduleError>,
+}
+
+impl Future for Sleep {
+    type Output = Result<(), TimerError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(error) = self.refused.clone() {
+            return Poll::Ready(Err(TimerError::Refused(error)));
+        }
+        let outcome = self.signal.poll_outcome(cx);
+        if outcome.is_ready() {
+            // The timer is over: nothing left to cancel on drop.
+            self.timer = None;
+        }
+        outcome
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(id) = self.timer.take() {
+            // Forget the waker first so the cancelled callback's drop wakes nobody.
+            drop(self.signal.take_waker());
+            self.timers.cancel(id);
+        }
+    }
+}
+
+impl std::fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("timer", &self.timer)
+            .field("state", &self.signal.state.load(Ordering::Relaxed))
+            .field("refused", &self.refused)
+            .finish()
+    }
+}
+
+/// A future that runs `F` to completion unless its deadline passes first. If both are ready
+/// at the same poll, the future's output wins. The inner future is boxed so that `F` need not
+/// be `Unpin` (this crate has no `unsafe` and no pin-projection dependency).
+#[must_use = "a Timeout does nothing unless awaited"]
+pub struct Timeout<F> {
+    future: Pin<Box<F>>,
+    sleep: Sleep,
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(output) = self.future.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match Pin::new(&mut self.sleep).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => Poll::Ready(Err(Elapsed::Deadline)),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(Elapsed::TimerFailed(error))),
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for Timeout<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeout")
+            .field("sleep", &self.sleep)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TimerService {
+    /// A future that completes after `delay` (rounded up to the tick, never early). The timer
+    /// is scheduled now; if the service refuses it, the future resolves at its first poll to
+    /// [`TimerError::Refused`]. Use [`try_sleep`](Self::try_sleep) to see the refusal here.
+    pub fn sleep(&self, delay: Duration) -> Sleep {
+        self.try_sleep(delay).unwrap_or_else(|error| Sleep {
+            timers: self.clone(),
+            signal: Arc::default(),
+            timer: None,
+            refused: Some(error),
+        })
+    }
+
+    /// Like [`sleep`](Self::sleep), but a refused timer is an error now.
+    pub fn try_sleep(&self, delay: Duration) -> Result<Sleep, ScheduleError> {
+        let signal = Arc::new(Signal::default());
+        let alarm = Alarm(Arc::clone(&signal));
+        let id = self.schedule(delay, move || alarm.ring())?;
+        Ok(Sleep {
+            timers: self.clone(),
+            signal,
+            timer: Some(id),
+            refused: None,
+        })
+    }
+
+    /// Runs `future` with a deadline `delay` from now: its output, or [`Elapsed::Deadline`]
+    /// once the deadline passed (never before). Dropping the `Timeout` cancels its timer.
+    pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<F> {
+        Timeout {
+            future: Box::pin(future),
+            sleep: self.sleep(delay),
+        }
+    }
+}

@@ -1,0 +1,693 @@
+//! `examples/idle_proxy.rs` in front of a real `redis-server`, driven by clients nobody on
+//! this project wrote (`redis-benchmark`, `redis-cli`) and by 2 000 idle connections.
+//!
+//! The proxy runs in-process: this file includes the example's source as a module and runs
+//! its `Proxy` on a runtime of its own. That is the robust way: the code under test is the
+//! example's code, compiled by this very `cargo test`, with no nested `cargo build` (which
+//! would wait on the target-dir lock or rebuild everything in a second target dir) and no
+//! guessing where cargo put an example binary. Only `main` (argument parsing is tested below,
+//! Ctrl-C by hand) is not exercised.
+//!
+//! Needs redis-server, redis-benchmark and redis-cli (`.ci/install-redis.sh`); without them
+//! the redis tests print why and pass, except under CI (`CI=true`), where they fail.
+//! Loopback only; every process started here is killed on drop; every wait is bounded.
+
+#[allow(dead_code)]
+#[path = "../examples/idle_proxy.rs"]
+mod idle_proxy;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use idle_proxy::{Args, Limits, Proxy, Report, StartError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wheel_shard::{Config, TimerService};
+
+const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
+const IDLE_CONNECTIONS: usize = 2_000;
+/// What "closed on time" allows past the idle timeout, as seen by the client.
+const CLOSE_SLACK: Duration = Duration::from_millis(200);
+
+// ---- harness: serial tests, tools, processes ----
+
+/// The redis tests measure time; running them one at a time keeps them from skewing each other.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// True when the redis binaries are installed. Otherwise prints why the test is skipped, or
+/// fails under CI, where `.ci/install-redis.sh` should have installed them.
+fn redis_tools_present() -> bool {
+    let missing: Vec<_> = ["redis-server", "redis-benchmark", "redis-cli"]
+        .into_iter()
+        .filter(|tool| Command::new(tool).arg("--version").output().is_err())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!(
+        "{} not installed (run .ci/install-redis.sh)",
+        missing.join(", ")
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "under CI: {reason}"
+    );
+    println!("skipping: {reason}");
+    false
+}
+
+/// A child process killed and reaped when dropped, whatever the test did.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` to completion, killing it and failing after `limit`.
+fn run_bounded(command: &mut Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let stdout = drain(child.stdout.take().expect("piped"));
+    let stderr = drain(child.stderr.take().expect("piped"));
+    let mut child = KillOnDrop(child);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait on child") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{command:?} still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let joined = |h: JoinHandle<Vec<u8>>| h.join().expect("reader thread");
+    Output {
+        status,
+        stdout: joined(stdout),
+        stderr: joined(stderr),
+    }
+}
+
+fn drain(mut pipe: impl io::Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Makes sure this process (and the redis-server it starts, which inherits the limit) may
+/// open `needed` descriptors, raising the soft limit with util-linux `prlimit` if it is lower.
+fn ensure_open_files(needed: u64) {
+    let (soft, hard) = open_files_limit();
+    if soft >= needed {
+        return;
+    }
+    let value = if hard >= needed {
+        format!("{needed}:")
+    } else {
+        format!("{needed}:{needed}")
+    };
+    let pid = std::process::id().to_string();
+    let done = Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={value}")])
+        .status();
+    let (soft, hard) = open_files_limit();
+    assert!(
+        soft >= needed,
+        "need {needed} open files, the limit is {soft} (hard {hard}) and prlimit gave {done:?}: \
+         raise `ulimit -n` to {needed}"
+    );
+}
+
+fn open_files_limit() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files line");
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (
+        numbers.next().unwrap_or(u64::MAX),
+        numbers.next().unwrap_or(u64::MAX),
+    )
+}
+
+fn free_port() -> u16 {
+    let listener = StdListener::bind((LOOPBACK, 0)).expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A `redis-server` on a free loopback port, without persistence.
+struct Redis {
+    _process: KillOnDrop,
+    addr: SocketAddr,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        // The free port can be taken between our probe and redis' bind: try a few.
+        for _ in 0..3 {
+            let port = free_port();
+            let process = KillOnDrop(
+                Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no", "--maxclients", "10000"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start redis-server"),
+            );
+            let addr = SocketAddr::from((LOOPBACK, port));
+            if wait_for_pong(addr, Duration::from_secs(10)) {
+                return Redis {
+                    _process: process,
+                    addr,
+                };
+            }
+        }
+        panic!("redis-server did not answer PING on three free ports");
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.addr, args)
+    }
+}
+
+fn wait_for_pong(addr: SocketAddr, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let answer = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "PING"])
+            .stderr(Stdio::null())
+            .output();
+        if answer.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "PONG") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
+    let port = addr.port().to_string();
+    let out = run_bounded(
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args),
+        Duration::from_secs(10),
+    );
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The example's `Proxy` on its own 2-thread runtime; stopped (and joined) on drop.
+struct RunningProxy {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Report>>,
+}
+
+impl RunningProxy {
+    fn start(upstream: SocketAddr, limits: Limits) -> RunningProxy {
+        let (started, bound) = mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            runtime.block_on(async move {
+                let timers = TimerService::new(Config::default()).expect("timer service");
+                let listen = SocketAddr::from((LOOPBACK, 0));
+                let proxy = Proxy::bind(listen, upstream, limits, timers)
+                    .await
+                    .expect("proxy binds");
+                let addr = proxy.local_addr().expect("local addr");
+                started.send(addr).expect("test waits");
+                proxy.run_until(async { stopped.await.unwrap_or(()) }).await
+            })
+        });
+        let addr = bound
+            .recv_timeout(Duration::from_secs(10))
+            .expect("proxy started");
+        RunningProxy {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the proxy (as Ctrl-C does) and returns its final report.
+    fn stop(mut self) -> Report {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let report = self
+            .thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("proxy thread");
+        println!("proxy on {} stopped:", self.addr);
+        idle_proxy::print_report(&report);
+        report
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime")
+}
+
+// ---- redis-benchmark ----
+
+/// Runs `redis-benchmark -n 100000 -c 50 -q -t set,get` against `addr`, asserts that every
+/// request succeeded, and returns the (SET, GET) requests per second.
+fn benchmark(addr: SocketAddr) -> (f64, f64) {
+    let port = addr.port().to_string();
+    let args = [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-n",
+        "100000",
+        "-c",
+        "50",
+        "-q",
+        "-t",
+        "set,get",
+    ];
+    let out = run_bounded(
+        Command::new("redis-benchmark").args(args),
+        Duration::from_secs(180),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "redis-benchmark failed: {stdout}\n{stderr}"
+    );
+    assert!(
+        !stdout.contains("rror") && !stderr.contains("rror"),
+        "errors: {stdout}\n{stderr}"
+    );
+    (
+        requests_per_second(&stdout, "SET"),
+        requests_per_second(&stdout, "GET"),
+    )
+}
+
+/// The figure of a `-q` summary line, e.g. "SET: 125313.29 requests per second, p50=...".
+fn requests_per_second(report: &str, test: &str) -> f64 {
+    let line = report
+        .split(['\r', '\n'])
+        .filter(|l| l.trim_start().starts_with(&format!("{test}: ")))
+        .find(|l| l.contains("requests per second"))
+        .unwrap_or_else(|| panic!("no {test} summary in {report:?}"));
+    let figure = line.trim_start()[test.len() + 2..]
+        .split_whitespace()
+        .next()
+        .expect("figure");
+    figure
+        .parse()
+        .unwrap_or_else(|_| panic!("bad figure in {line:?}"))
+}
+
+/// Calls of `command` counted by redis since the last `CONFIG RESETSTAT`.
+fn command_calls(redis: &Redis, command: &str) -> u64 {
+    let info = redis.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_default();
+    line.get(prefix.len()..)
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn redis_benchmark_through_the_proxy_loses_no_request() {
+    let _serial = serial();
+    if !redis_tools_present() {
+        return;
+    }
+    let redis = Redis::start();
+    let (set, get) = benchmark(redis.addr);
+    println!("redis-benchmark direct:       SET {set:.0} rps, GET {get:.0} rps");
+
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let limits = Limits {
+        idle: Duration::from_secs(10),
+        request_timeout: Some(Duration::from_secs(5)),
+    };
+    let proxy = RunningProxy::start(redis.addr, limits);
+    let (set, get) = benchmark(proxy.addr);
+    println!("redis-benchmark through proxy: SET {set:.0} rps, GET {get:.0} rps (debug build)");
+    assert_eq!(
+        command_calls(&redis, "set"),
+        100_000,
+        "every SET reached redis"
+    );
+    assert_eq!(
+        command_calls(&redis, "get"),
+        100_000,
+        "every GET reached redis"
+    );
+
+    let report = proxy.stop();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(count(&report.counters.closed_idle), 0);
+    assert_eq!(count(&report.counters.closed_request_timeout), 0);
+    assert_eq!(report.stats.fired, 0, "no idle or request timer fired");
+    assert_eq!(report.stats.rejected, 0);
+    assert!(
+        report.stats.cancelled >= 100_000,
+        "each answered request cancels its deadline"
+    );
+}
+
+// ---- idle connections ----
+
+/// Connects (at most `permits` connects in flight), then waits for the proxy to close the
+/// connection; returns how long it stayed open after connect returned.
+async fn open_until_closed(
+    addr: SocketAddr,
+    permits: Arc<tokio::sync::Semaphore>,
+) -> io::Result<Duration> {
+    let permit = permits.acquire_owned().await.expect("semaphore open");
+    let mut stream = TcpStream::connect(addr).await?;
+    let opened = Instant::now();
+    drop(permit);
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte).await {
+        Ok(0) => Ok(opened.elapsed()),
+        Ok(_) => Err(io::Error::other("an idle connection received data")),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Ok(opened.elapsed()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn expect_reply(stream: &mut TcpStream, expected: &[u8]) -> io::Result<()> {
+    let mut got = vec![0u8; expected.len()];
+    stream.read_exact(&mut got).await?;
+    if got != expected {
+        let got = String::from_utf8_lossy(&got).into_owned();
+        return Err(io::Error::other(format!("unexpected reply {got:?}")));
+    }
+    Ok(())
+}
+
+/// Sends PING every `every` for `busy`, each answered; then goes quiet and returns how long
+/// after the last PONG the proxy closed the connection.
+async fn ping_then_idle(addr: SocketAddr, every: Duration, busy: Duration) -> io::Result<Duration> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let start = Instant::now();
+    let mut last = start;
+    while start.elapsed() < busy {
+        stream.write_all(b"PING\r\n").await?;
+        expect_reply(&mut stream, b"+PONG\r\n").await?;
+        last = Instant::now();
+        tokio::time::sleep(every).await;
+    }
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte).await? {
+        0 => Ok(last.elapsed()),
+        _ => Err(io::Error::other("unexpected data after PONG")),
+    }
+}
+
+/// A subscriber that only ever receives (the proxy writes to it): stays open while a direct
+/// publisher publishes every `every` for `busy`.
+async fn subscriber_stays_open(
+    proxy: SocketAddr,
+    redis: SocketAddr,
+    every: Duration,
+    busy: Duration,
+) -> io::Result<()> {
+    let mut subscriber = TcpStream::connect(proxy).await?;
+    subscriber.write_all(b"SUBSCRIBE news\r\n").await?;
+    expect_reply(
+        &mut subscriber,
+        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n",
+    )
+    .await?;
+    let mut publisher = TcpStream::connect(redis).await?;
+    let start = Instant::now();
+    while start.elapsed() < busy {
+        tokio::time::sleep(every).await;
+        publisher.write_all(b"PUBLISH news tick\r\n").await?;
+        expect_reply(&mut publisher, b":1\r\n").await?;
+        expect_reply(
+            &mut subscriber,
+            b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$4\r\ntick\r\n",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+#[test]
+fn idle_connections_close_on_time_and_busy_ones_stay_open() {
+    let _serial = serial();
+    if !redis_tools_present() {
+        return;
+    }
+    // Client sockets and the proxy's two per connection live in this process.
+    ensure_open_files(3 * IDLE_CONNECTIONS as u64 + 1_000);
+    let redis = Redis::start();
+    let idle = Duration::from_secs(1);
+    let proxy = RunningProxy::start(
+        redis.addr,
+        Limits {
+            idle,
+            request_timeout: None,
+        },
+    );
+    let (addr, redis_addr, every, busy) = (proxy.addr, redis.addr, idle / 4, idle * 5 / 2);
+
+    let (open_for, pinger_quiet_for, subscriber) = client_runtime().block_on(async move {
+        let permits = Arc::new(tokio::sync::Semaphore::new(64));
+        let idle_tasks: Vec<_> = (0..IDLE_CONNECTIONS)
+            .map(|_| tokio::spawn(open_until_closed(addr, Arc::clone(&permits))))
+            .collect();
+        let pingers: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(ping_then_idle(addr, every, busy)))
+            .collect();
+        let subscriber = tokio::spawn(subscriber_stays_open(addr, redis_addr, every, busy));
+        let all = async {
+            let mut open_for = Vec::new();
+            for task in idle_tasks {
+                open_for.push(task.await.expect("task").expect("idle connection"));
+            }
+            let mut quiet_for = Vec::new();
+            for task in pingers {
+                quiet_for.push(
+                    task.await
+                        .expect("task")
+                        .expect("pinging connection stays open"),
+                );
+            }
+            (open_for, quiet_for, subscriber.await.expect("task"))
+        };
+        tokio::time::timeout(Duration::from_secs(60), all)
+            .await
+            .expect("bounded in time")
+    });
+    subscriber.expect("subscriber connection stays open while it receives");
+
+    let mut lateness: Vec<Duration> = open_for
+        .iter()
+        .map(|open| {
+            open.checked_sub(idle)
+                .unwrap_or_else(|| panic!("closed after {open:?}, before {idle:?}"))
+        })
+        .collect();
+    lateness.sort();
+    let (p50, p99, max) = (
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness[lateness.len() - 1],
+    );
+    println!("{IDLE_CONNECTIONS} idle connections, close after idle timeout ({idle:?}) as seen by the client: p50 {p50:?}, p99 {p99:?}, max {max:?}");
+    assert!(
+        max <= CLOSE_SLACK,
+        "a connection closed {max:?} after its idle timeout"
+    );
+    for quiet in pinger_quiet_for {
+        assert!(
+            quiet <= idle + CLOSE_SLACK,
+            "a pinging connection closed {quiet:?} after its last PONG"
+        );
+    }
+    let report = proxy.stop();
+    let closed_idle = report.counters.closed_idle.load(Ordering::Relaxed);
+    assert_eq!(
+        closed_idle,
+        IDLE_CONNECTIONS as u64 + 10,
+        "idle + pinging connections closed idle"
+    );
+}
+
+// ---- request deadline ----
+
+#[test]
+fn an_unanswered_request_gets_the_client_closed() {
+    let _serial = serial();
+    if !redis_tools_present() {
+        return;
+    }
+    let redis = Redis::start();
+    let deadline = Duration::from_millis(300);
+    let limits = Limits {
+        idle: Duration::from_secs(30),
+        request_timeout: Some(deadline),
+    };
+    let proxy = RunningProxy::start(redis.addr, limits);
+    assert_eq!(redis_cli(proxy.addr, &["SET", "k", "v"]).trim(), "OK");
+
+    // BLPOP on an empty list with no timeout: redis never answers.
+    let start = Instant::now();
+    let port = proxy.addr.port().to_string();
+    let out = run_bounded(
+        Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port, "BLPOP", "empty", "0"]),
+        Duration::from_secs(10),
+    );
+    let took = start.elapsed();
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    println!(
+        "redis-cli BLPOP through the proxy ended after {took:?}: {}",
+        said.trim()
+    );
+    assert!(
+        took >= deadline,
+        "closed after {took:?}, before the {deadline:?} deadline"
+    );
+    assert!(
+        took < deadline + Duration::from_secs(2),
+        "closed only after {took:?}"
+    );
+    let report = proxy.stop();
+    assert_eq!(
+        report
+            .counters
+            .closed_request_timeout
+            .load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(report.counters.closed_idle.load(Ordering::Relaxed), 0);
+}
+
+// ---- startup errors and arguments (no redis needed) ----
+
+fn bind_error(listen: SocketAddr, upstream: SocketAddr) -> StartError {
+    let limits = Limits {
+        idle: Duration::from_secs(1),
+        request_timeout: None,
+    };
+    client_runtime().block_on(async {
+        let timers = TimerService::new(Config::default()).expect("timer service");
+        match Proxy::bind(listen, upstream, limits, timers).await {
+            Ok(_) => panic!("bind({listen}, upstream {upstream}) succeeded"),
+            Err(error) => error,
+        }
+    })
+}
+
+#[test]
+fn a_busy_port_is_a_clear_error() {
+    let taken = StdListener::bind((LOOPBACK, 0)).expect("bind");
+    let busy = taken.local_addr().expect("addr");
+    let message = bind_error(busy, busy).to_string();
+    assert!(
+        message.starts_with(&format!("cannot listen on {busy}: ")),
+        "{message}"
+    );
+    assert!(message.contains("in use"), "{message}");
+}
+
+#[test]
+fn an_unreachable_upstream_is_a_clear_error() {
+    let nobody = SocketAddr::from((LOOPBACK, free_port()));
+    let message = bind_error(SocketAddr::from((LOOPBACK, 0)), nobody).to_string();
+    assert!(
+        message.starts_with(&format!("upstream {nobody} is unreachable: ")),
+        "{message}"
+    );
+    assert!(message.contains("refused"), "{message}");
+}
+
+#[test]
+fn arguments_take_humantime_durations() {
+    let args = Args::try_parse_from([
+        "idle_proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:6379",
+        "--idle",
+        "1m 30s",
+        "--request-timeout",
+        "250ms",
+        "--config",
+        "wheel.toml",
+    ])
+    .expect("valid arguments");
+    assert_eq!(args.idle, Duration::from_secs(90));
+    assert_eq!(args.request_timeout, Some(Duration::from_millis(250)));
+    let bad = Args::try_parse_from([
+        "idle_proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:1",
+        "--idle",
+        "soon",
+    ]);
+    assert!(bad.is_err_and(|e| e.to_string().contains("soon")));
+}

@@ -1,0 +1,225 @@
+//! `TimerService::sleep` / `timeout` on a multi-thread tokio runtime: never early, many at
+//! once, cancelled when dropped, and a clear outcome when the service cannot keep the timer.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use wheel_shard::{Config, Elapsed, ScheduleError, Sleep, TimerError, TimerService};
+
+fn service() -> TimerService {
+    service_with(Config::default())
+}
+
+fn service_with(config: Config) -> TimerService {
+    TimerService::new(Config {
+        shards: 2,
+        executor_threads: 2,
+        ..config
+    })
+    .expect("valid config")
+}
+
+/// Polls `sleep` once, so it has registered a waker, and reports whether it was ready.
+async fn poll_once(sleep: &mut Sleep) -> bool {
+    poll_fn(|cx| Poll::Ready(Pin::new(&mut *sleep).poll(cx).is_ready())).await
+}
+
+/// Waits until the service's callbacks (run on its executor threads) have settled.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleep_waits_at_least_its_delay() {
+    let timers = service();
+    for millis in [0, 1, 3, 10, 50, 120] {
+        let delay = Duration::from_millis(millis);
+        let start = Instant::now();
+        timers.sleep(delay).await.expect("timer fired");
+        let took = start.elapsed();
+        assert!(took >= delay, "sleep({delay:?}) returned after {took:?}");
+        assert!(
+            took < delay + Duration::from_millis(200),
+            "sleep({delay:?}) took {took:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_thousand_concurrent_sleeps_all_wake_never_early() {
+    const SLEEPS: u64 = 100_000;
+    let timers = service();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut rng = rand::rng();
+    for _ in 0..SLEEPS {
+        let delay = Duration::from_millis(rng.random_range(1..=500));
+        let timers = timers.clone();
+        tasks.spawn(async move {
+            let start = Instant::now();
+            timers.sleep(delay).await.expect("timer fired");
+            start.elapsed().checked_sub(delay)
+        });
+    }
+    let mut worst = Duration::ZERO;
+    while let Some(late) = tasks.join_next().await {
+        let late = late
+            .expect("task ran")
+            .expect("a sleep woke before its delay");
+        worst = worst.max(late);
+    }
+    let stats = timers.stats();
+    println!(
+        "100k sleeps: worst wake-up after the delay {worst:?}, service p99 lateness {:?}",
+        stats.lateness.p99
+    );
+    assert_eq!(stats.fired, SLEEPS);
+    assert_eq!(stats.cancelled, 0);
+    assert_eq!(stats.pending, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_sleep_cancels_its_timer_and_it_never_runs() {
+    let timers = service();
+    let mut polled = timers.sleep(Duration::from_millis(30));
+    assert!(
+        !poll_once(&mut polled).await,
+        "ready long before its deadline"
+    );
+    drop(polled);
+    drop(timers.sleep(Duration::from_millis(30))); // never polled
+    let stats = timers.stats();
+    assert_eq!(stats.cancelled, 2, "both drops cancel");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stats = timers.stats();
+    assert_eq!(stats.fired, 0, "a cancelled timer ran");
+    assert_eq!(stats.pending, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_finished_sleep_cancels_nothing() {
+    let timers = service();
+    let mut sleep = timers.sleep(Duration::from_millis(5));
+    (&mut sleep).await.expect("timer fired");
+    drop(sleep);
+    assert_eq!(timers.stats().cancelled, 0);
+    assert_eq!(timers.stats().fired, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_elapses_not_before_its_deadline() {
+    let timers = service();
+    let deadline = Duration::from_millis(60);
+    let start = Instant::now();
+    let result = timers.timeout(deadline, std::future::pending::<()>()).await;
+    let took = start.elapsed();
+    assert_eq!(result, Err(Elapsed::Deadline));
+    assert!(
+        took >= deadline,
+        "timed out after {took:?}, before {deadline:?}"
+    );
+    assert!(
+        took < deadline + Duration::from_millis(200),
+        "timed out after {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_returns_the_output_of_a_future_that_is_in_time() {
+    let timers = service();
+    let (send, receive) = tokio::sync::oneshot::channel();
+    let sender = timers.clone();
+    tokio::spawn(async move {
+        sender
+            .sleep(Duration::from_millis(20))
+            .await
+            .expect("timer fired");
+        send.send(7).expect("receiver waits");
+    });
+    let start = Instant::now();
+    let result = timers.timeout(Duration::from_secs(2), receive).await;
+    assert_eq!(result.expect("in time").expect("sent"), 7);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    settle().await;
+    let stats = timers.stats();
+    assert_eq!(stats.fired, 1, "only the sender's sleep fires");
+    assert_eq!(
+        stats.cancelled, 1,
+        "the finished timeout's timer is cancelled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_future_wins_over_a_zero_timeout() {
+    let timers = service();
+    let result = timers.timeout(Duration::ZERO, async { "done" }).await;
+    assert_eq!(result, Ok("done"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shut_down_service_refuses_sleeps_and_timeouts() {
+    let timers = service();
+    timers.shutdown();
+    assert_eq!(
+        timers.try_sleep(Duration::from_millis(1)).err(),
+        Some(ScheduleError::Shutdown)
+    );
+    let refused = Err(TimerError::Refused(ScheduleError::Shutdown));
+    assert_eq!(timers.sleep(Duration::from_millis(1)).await, refused);
+    let result = timers
+        .timeout(Duration::from_secs(1), std::future::pending::<()>())
+        .await;
+    assert_eq!(
+        result,
+        Err(Elapsed::TimerFailed(TimerError::Refused(
+            ScheduleError::Shutdown
+        )))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_wakes_a_pending_sleep_with_abandoned() {
+    let timers = service();
+    let sleep = timers.sleep(Duration::from_secs(30));
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        (sleep.await, start.elapsed())
+    });
+    settle().await;
+    let unfired = timers.shutdown();
+    assert_eq!(unfired.len(), 1);
+    drop(unfired); // drops the callback unrun
+    let (outcome, took) = waiter.await.expect("task ran");
+    assert_eq!(outcome, Err(TimerError::Abandoned));
+    assert!(took < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_pending_refusal_is_reported() {
+    let timers = service_with(Config {
+        max_pending: Some(1),
+        ..Config::default()
+    });
+    let first = timers
+        .try_sleep(Duration::from_secs(10))
+        .expect("room for one");
+    assert_eq!(
+        timers.try_sleep(Duration::from_secs(10)).err(),
+        Some(ScheduleError::TooManyPending { limit: 1 })
+    );
+    drop(first);
+    timers
+        .sleep(Duration::from_millis(1))
+        .await
+        .expect("room again after the first was cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleep_keeps_working_after_the_other_handles_are_dropped() {
+    let timers = service();
+    let sleep = timers.sleep(Duration::from_millis(10));
+    drop(timers);
+    assert_eq!(sleep.await, Ok(()));
+}
