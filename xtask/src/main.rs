@@ -1,1 +1,77 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's developer and user commands.
+//!
+//! `cargo xtask bench [options]` runs wheel-bench (see `cargo xtask bench --help`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mimalloc::MiMalloc;
+use wheel_bench::cli::BenchArgs;
+
+// The bench measures memory and allocation-heavy peers: every system gets the same allocator.
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "wheel's developer and user commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure wheel under load beside its peers; writes target/wheel-bench/<run>/.
+    Bench(BenchArgs),
+}
+
+/// The workspace's target directory: $CARGO_TARGET_DIR, else `<workspace>/target`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        },
+        PathBuf::from,
+    )
+}
+
+fn main() -> ExitCode {
+    let Command::Bench(args) = Cli::parse().command;
+    let mut options = match args.to_options() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if options.out.is_none() {
+        options.out = Some(wheel_bench::outputs::default_dir(&target_dir()));
+    }
+    match wheel_bench::run(&options) {
+        Ok(outcome) => {
+            if !options.quiet {
+                println!("{}", outcome.text);
+                println!(
+                    "wrote {} files to {}",
+                    outcome.files.len(),
+                    outcome.out_dir.display()
+                );
+            }
+            if outcome.all_ok() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "error: some runs' counts did not add up or a system failed; see report.md"
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(2)
+        }
+    }
+}

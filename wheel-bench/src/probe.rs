@@ -1,0 +1,312 @@
+//! The lateness probe: where every [`Task`](crate::task::Task) records its sample.
+//!
+//! Callbacks run on threads the bench does not own (executor workers, runtime threads), so each
+//! thread records into its own histogram and bitset, found through a thread-local and merged
+//! when the run ends. The hot path touches only thread-owned data plus one read of a global
+//! generation number that changes once per run: no shared counter to fight over.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+
+use crate::bitset::Bitset;
+use crate::histogram::new_histogram;
+
+/// Bumped when a run starts or ends; a thread whose cached run has another generation
+/// re-attaches.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The run callbacks record into, if any.
+static CURRENT: Mutex<Option<Arc<Run>>> = Mutex::new(None);
+/// One run at a time per process (tests run in parallel threads).
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+/// Samples that arrived while no run (or another run) was current.
+static STRAYS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static LOCAL: RefCell<Option<Attached>> = const { RefCell::new(None) };
+}
+
+/// What one run shares with its callbacks.
+pub struct Run {
+    generation: u64,
+    epoch: Instant,
+    timers: usize,
+    /// Latest requested deadline per timer, for scenarios that reschedule.
+    deadlines: Option<Vec<AtomicU64>>,
+    threads: Mutex<Vec<Arc<ThreadSlot>>>,
+}
+
+struct ThreadSlot {
+    fired: AtomicU64,
+    data: Mutex<ThreadData>,
+}
+
+struct ThreadData {
+    lateness: Histogram<u64>,
+    blocked: Histogram<u64>,
+    seen: Bitset,
+    duplicates: u64,
+    early: u64,
+}
+
+struct Attached {
+    generation: u64,
+    run: Arc<Run>,
+    slot: Arc<ThreadSlot>,
+}
+
+/// Everything the callbacks of one run recorded.
+pub struct Samples {
+    /// Lateness of every callback that does not block (nanoseconds).
+    pub lateness: Histogram<u64>,
+    /// Lateness of the callbacks that block (`slow` scenario).
+    pub blocked: Histogram<u64>,
+    /// Which timers ran at least once.
+    pub seen: Bitset,
+    /// Callback runs beyond the first for the same timer.
+    pub duplicates: u64,
+    /// Callbacks that started before their requested deadline.
+    pub early: u64,
+    /// Samples that arrived outside the run.
+    pub strays: u64,
+}
+
+/// A cheap clone of the run for systems and producer threads.
+#[derive(Clone)]
+pub struct RunHandle {
+    run: Arc<Run>,
+}
+
+impl RunHandle {
+    /// The run's time origin.
+    pub fn epoch(&self) -> Instant {
+        self.run.epoch
+    }
+
+    /// Records that timer `index` now wants to fire at `deadline` (after a reschedule); the
+    /// callback measures its lateness from the latest deadline recorded.
+    pub fn set_deadline(&self, index: u32, deadline: Instant) {
+        if let Some(table) = &self.run.deadlines {
+            let nanos = crate::task::nanos_since(self.run.epoch, deadline);
+            table[index as usize].store(nanos, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The current run; ends (and stops accepting samples) when dropped or finished.
+pub struct RunGuard {
+    run: Arc<Run>,
+    strays_at_start: u64,
+    _exclusive: MutexGuard<'static, ()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl RunGuard {
+    /// Starts a run of `timers` timers; waits for any other run in the process to end.
+    /// `track_deadlines` keeps a per-timer deadline table for scenarios that reschedule.
+    pub fn start(timers: usize, track_deadlines: bool) -> RunGuard {
+        let exclusive = lock(&EXCLUSIVE);
+        let deadlines = track_deadlines.then(|| {
+            // Written now, so its pages are resident before the memory baseline is taken.
+            (0..timers).map(|_| AtomicU64::new(0)).collect::<Vec<_>>()
+        });
+        let mut current = lock(&CURRENT);
+        let generation = GENERATION.load(Ordering::Relaxed) + 1;
+        let run = Arc::new(Run {
+            generation,
+            epoch: Instant::now(),
+            timers,
+            deadlines,
+            threads: Mutex::new(Vec::new()),
+        });
+        *current = Some(Arc::clone(&run));
+        GENERATION.store(generation, Ordering::Release);
+        RunGuard {
+            run,
+            strays_at_start: STRAYS.load(Ordering::Relaxed),
+            _exclusive: exclusive,
+        }
+    }
+
+    /// The run's time origin: tasks store deadlines as nanoseconds since it.
+    pub fn epoch(&self) -> Instant {
+        self.run.epoch
+    }
+
+    /// Callbacks run so far (a cheap sum for progress bars).
+    pub fn fired(&self) -> u64 {
+        lock(&self.run.threads)
+            .iter()
+            .map(|slot| slot.fired.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// A handle systems and producers use while the run is on.
+    pub fn handle(&self) -> RunHandle {
+        RunHandle {
+            run: Arc::clone(&self.run),
+        }
+    }
+
+    /// Records that timer `index` now wants to fire at `deadline` (after a reschedule).
+    pub fn set_deadline(&self, index: u32, deadline: Instant) {
+        self.handle().set_deadline(index, deadline);
+    }
+
+    /// Ends the run and merges every thread's samples. Call it once the system has stopped
+    /// running callbacks; later samples count as strays.
+    pub fn finish(self) -> Samples {
+        end_current();
+        let mut samples = Samples {
+            lateness: new_histogram(),
+            blocked: new_histogram(),
+            seen: Bitset::new(self.run.timers),
+            duplicates: 0,
+            early: 0,
+            strays: 0,
+        };
+        for slot in lock(&self.run.threads).iter() {
+            let data = lock(&slot.data);
+            merge_into(&mut samples, &data);
+        }
+        samples.strays = STRAYS.load(Ordering::Relaxed) - self.strays_at_start;
+        samples
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        end_current();
+    }
+}
+
+fn end_current() {
+    let mut current = lock(&CURRENT);
+    *current = None;
+    GENERATION.fetch_add(1, Ordering::Release);
+}
+
+fn merge_into(samples: &mut Samples, data: &ThreadData) {
+    // Histograms share bounds, so adding cannot fail.
+    let _ = samples.lateness.add(&data.lateness);
+    let _ = samples.blocked.add(&data.blocked);
+    samples.duplicates += data.duplicates + samples.seen.union_counting_overlap(&data.seen);
+    samples.early += data.early;
+}
+
+/// Records one callback's sample: `start` is when it began, `deadline_ns` its requested
+/// deadline in nanoseconds since the run's epoch.
+pub(crate) fn record(start: Instant, index: u32, deadline_ns: u64, blocks: bool) {
+    let generation = GENERATION.load(Ordering::Acquire);
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        if local.as_ref().map(|a| a.generation) != Some(generation) {
+            *local = attach(generation);
+        }
+        match local.as_ref() {
+            Some(attached) => attached.record(start, index, deadline_ns, blocks),
+            None => {
+                STRAYS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+fn attach(generation: u64) -> Option<Attached> {
+    let run = lock(&CURRENT).clone()?;
+    if run.generation != generation {
+        return None;
+    }
+    let slot = Arc::new(ThreadSlot {
+        fired: AtomicU64::new(0),
+        data: Mutex::new(ThreadData {
+            lateness: new_histogram(),
+            blocked: new_histogram(),
+            seen: Bitset::new(run.timers),
+            duplicates: 0,
+            early: 0,
+        }),
+    });
+    lock(&run.threads).push(Arc::clone(&slot));
+    Some(Attached {
+        generation,
+        run,
+        slot,
+    })
+}
+
+impl Attached {
+    fn record(&self, start: Instant, index: u32, deadline_ns: u64, blocks: bool) {
+        let deadline_ns = match &self.run.deadlines {
+            Some(table) => table[index as usize]
+                .load(Ordering::Relaxed)
+                .max(deadline_ns),
+            None => deadline_ns,
+        };
+        let start_ns = crate::task::nanos_since(self.run.epoch, start);
+        let mut data = lock(&self.slot.data);
+        if start_ns < deadline_ns {
+            data.early += 1;
+        }
+        let lateness = start_ns.saturating_sub(deadline_ns);
+        if blocks {
+            data.blocked.saturating_record(lateness);
+        } else {
+            data.lateness.saturating_record(lateness);
+        }
+        if (index as usize) < self.run.timers && data.seen.insert(index as usize) {
+            data.duplicates += 1;
+        }
+        drop(data);
+        // Only this thread writes its counter; readers sum it for progress.
+        let fired = self.slot.fired.load(Ordering::Relaxed);
+        self.slot.fired.store(fired + 1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::task::Task;
+
+    #[test]
+    fn samples_from_several_threads_merge() {
+        let run = RunGuard::start(4, false);
+        let epoch = run.epoch();
+        let past = epoch; // deadline at the epoch: every start is late, none early
+        Task::new(0, past, epoch, false).run();
+        std::thread::spawn(move || {
+            Task::new(1, past, epoch, false).run();
+            Task::new(1, past, epoch, false).run();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(run.fired(), 3);
+        let samples = run.finish();
+        assert_eq!(samples.lateness.len(), 3);
+        assert_eq!(samples.seen.count(), 2);
+        assert_eq!(samples.duplicates, 1);
+        assert_eq!(samples.early, 0);
+    }
+
+    #[test]
+    fn early_callbacks_are_counted() {
+        let run = RunGuard::start(2, true);
+        let epoch = run.epoch();
+        let future = Instant::now() + Duration::from_secs(60);
+        Task::new(0, future, epoch, false).run();
+        // A reschedule moved timer 1 later: its new deadline is the one that counts.
+        run.set_deadline(1, future);
+        Task::new(1, epoch, epoch, false).run();
+        let samples = run.finish();
+        assert_eq!(samples.early, 2);
+    }
+}

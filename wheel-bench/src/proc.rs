@@ -1,0 +1,131 @@
+//! What the kernel says about this process: resident memory and per-thread CPU time.
+
+use std::collections::HashMap;
+use std::fs;
+
+/// Resident memory now (`VmRSS`) and its peak (`VmHWM`), in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub rss: u64,
+    pub peak: u64,
+}
+
+/// Reads `VmRSS` and `VmHWM` from /proc/self/status (zeros where /proc is missing).
+pub fn memory() -> Memory {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    Memory {
+        rss: status_kib(&status, "VmRSS:") * 1024,
+        peak: status_kib(&status, "VmHWM:") * 1024,
+    }
+}
+
+fn status_kib(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak (`VmHWM`) to the current RSS, so each run reports its own peak. Returns
+/// false when the kernel refused (then the peak is the process's since start).
+pub fn reset_peak_memory() -> bool {
+    fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// CPU time (ns) of every live thread of this process, by thread id, with its name.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadTimes {
+    threads: HashMap<u32, (String, u64)>,
+}
+
+/// Reads every thread's name (`comm`) and CPU time (`schedstat`, else `stat` in clock ticks).
+pub fn thread_times() -> ThreadTimes {
+    let mut threads = HashMap::new();
+    let Ok(entries) = fs::read_dir("/proc/self/task") else {
+        return ThreadTimes { threads };
+    };
+    for entry in entries.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let dir = entry.path();
+        let name = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if let Some(cpu) = cpu_ns(&dir) {
+            threads.insert(tid, (name.trim_end().to_string(), cpu));
+        }
+    }
+    ThreadTimes { threads }
+}
+
+fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
+    if let Ok(schedstat) = fs::read_to_string(task_dir.join("schedstat")) {
+        if let Some(ns) = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+        {
+            return Some(ns);
+        }
+    }
+    let stat = fs::read_to_string(task_dir.join("stat")).ok()?;
+    // Fields after the parenthesised name: state is field 3, utime 14 and stime 15.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 10_000_000) // USER_HZ is 100 on Linux
+}
+
+impl ThreadTimes {
+    /// CPU time spent since `earlier` by threads whose name starts with `prefix` (threads
+    /// that did not exist then count from zero).
+    pub fn since(&self, earlier: &ThreadTimes, prefix: &str) -> u64 {
+        self.threads
+            .iter()
+            .filter(|(_, (name, _))| name.starts_with(prefix))
+            .map(|(tid, (_, cpu))| {
+                let before = earlier.threads.get(tid).map_or(0, |(_, cpu)| *cpu);
+                cpu.saturating_sub(before)
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_read_and_nonzero() {
+        let m = memory();
+        assert!(m.rss > 1 << 20, "{m:?}");
+        assert!(m.peak >= m.rss);
+    }
+
+    #[test]
+    fn a_busy_named_thread_shows_cpu_time() {
+        let before = thread_times();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::Builder::new()
+            .name("probe-busy-1".into())
+            .spawn(move || {
+                let start = std::time::Instant::now();
+                let mut x = 0u64;
+                while start.elapsed() < std::time::Duration::from_millis(50) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            })
+            .unwrap();
+        rx.recv().unwrap();
+        let after = thread_times();
+        done_tx.send(()).unwrap();
+        worker.join().unwrap();
+        let busy = after.since(&before, "probe-busy-");
+        assert!(busy >= 20_000_000, "{busy} ns");
+        assert_eq!(after.since(&before, "no-such-thread"), 0);
+    }
+}

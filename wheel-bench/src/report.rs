@@ -1,0 +1,190 @@
+//! The printed summary and report.md.
+
+use std::fmt::Write as _;
+
+use crate::format::{bytes_text, count_text};
+use crate::machine::Machine;
+use crate::options::Options;
+use crate::result::RunResult;
+use crate::systems::{self, System};
+use crate::table::Table;
+use crate::tables::{scenario_tables, skipped_table, Skipped};
+
+/// Every table of the run, in print order.
+pub fn all_tables(options: &Options, results: &[RunResult], skipped: &[Skipped]) -> Vec<Table> {
+    let mut tables: Vec<Table> = options
+        .scenarios
+        .iter()
+        .flat_map(|s| scenario_tables(*s, results, options.peer_timers))
+        .collect();
+    tables.extend(skipped_table(skipped));
+    tables
+}
+
+/// One line on the machine.
+pub fn machine_line(machine: &Machine) -> String {
+    format!(
+        "{} cores ({}), {} RAM, Linux {}",
+        machine.cores,
+        machine.cpu_model,
+        bytes_text(machine.memory_bytes),
+        machine.kernel
+    )
+}
+
+/// What the terminal shows at the end of a run.
+pub fn console_text(
+    options: &Options,
+    machine: &Machine,
+    tables: &[Table],
+    results: &[RunResult],
+) -> String {
+    let mut out = format!("\nwheel bench on {}\n", machine_line(machine));
+    let _ = writeln!(
+        out,
+        "{} timers over {} from {} producer(s), seed {}; peers at {} over {}\n",
+        count_text(options.timers),
+        humantime::format_duration(options.spread),
+        options.producers,
+        options.seed,
+        count_text(options.peer_timers),
+        humantime::format_duration(options.peer_spread)
+    );
+    for table in tables {
+        out.push_str(&table.to_text());
+        out.push('\n');
+    }
+    for problem in problems(results) {
+        let _ = writeln!(out, "PROBLEM: {problem}");
+    }
+    out
+}
+
+/// Every problem of every run, labelled.
+pub fn problems(results: &[RunResult]) -> Vec<String> {
+    results
+        .iter()
+        .flat_map(|r| {
+            r.problems.iter().map(move |p| {
+                format!(
+                    "{} {} ({}): {p}",
+                    r.system,
+                    r.scenario,
+                    count_text(r.timers)
+                )
+            })
+        })
+        .collect()
+}
+
+/// report.md: machine, config, method, tables, notes and links to the plots and histograms.
+pub fn markdown(
+    options: &Options,
+    machine: &Machine,
+    tables: &[Table],
+    results: &[RunResult],
+    files: &[String],
+) -> String {
+    let mut md = String::from("# wheel bench report\n\n## Machine\n\n");
+    let _ = writeln!(
+        md,
+        "- cores: {} available ({} in /proc/cpuinfo)",
+        machine.cores, machine.cpuinfo_processors
+    );
+    let _ = writeln!(md, "- CPU: {}", machine.cpu_model);
+    let _ = writeln!(
+        md,
+        "- memory: {}; kernel: Linux {}\n",
+        bytes_text(machine.memory_bytes),
+        machine.kernel
+    );
+    md.push_str("## Run\n\n");
+    let _ = writeln!(
+        md,
+        "- wheel: {} timers, delays uniform over [0, {}), seed {}, {} producer thread(s); scenarios: {}",
+        options.timers,
+        humantime::format_duration(options.spread),
+        options.seed,
+        options.producers,
+        options.scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+    );
+    let _ = writeln!(
+        md,
+        "- side by side: wheel and every peer at {} timers over {} (same seed, so the same delays)",
+        options.peer_timers,
+        humantime::format_duration(options.peer_spread)
+    );
+    md.push_str(METHOD);
+    md.push_str("\n## wheel config\n\n");
+    let source = options
+        .config_file
+        .as_ref()
+        .map_or("defaults".to_string(), |p| p.display().to_string());
+    let config = serde_json::to_string_pretty(&options.config).unwrap_or_default();
+    let _ = writeln!(md, "From {source}:\n\n```json\n{config}\n```\n");
+    md.push_str("## Systems\n\n");
+    let mut systems: Vec<Box<dyn System>> = vec![systems::wheel()];
+    systems.extend(options.peers.iter().map(|p| p.system()));
+    for system in &systems {
+        let _ = writeln!(md, "- **{}**: {}", system.name(), system.method());
+    }
+    md.push_str("\n## Results\n\n");
+    for table in tables {
+        md.push_str(&table.to_markdown());
+        md.push('\n');
+    }
+    notes(&mut md, results);
+    md.push_str("## Files\n\n");
+    for file in files.iter().filter(|f| f.ends_with(".svg")) {
+        let _ = writeln!(md, "![{file}]({file})\n");
+    }
+    for file in files.iter().filter(|f| !f.ends_with(".svg")) {
+        let _ = writeln!(md, "- [{file}]({file})");
+    }
+    md
+}
+
+fn notes(md: &mut String, results: &[RunResult]) {
+    let noted: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| !r.notes.is_empty() || !r.problems.is_empty())
+        .collect();
+    if noted.is_empty() {
+        return;
+    }
+    md.push_str("## Notes and problems\n\n");
+    for run in noted {
+        for note in &run.notes {
+            let _ = writeln!(
+                md,
+                "- {} {} ({}): {note}",
+                run.system,
+                run.scenario,
+                count_text(run.timers)
+            );
+        }
+    }
+    for problem in problems(results) {
+        let _ = writeln!(md, "- **PROBLEM** {problem}");
+    }
+    md.push('\n');
+}
+
+const METHOD: &str = "
+## How it is measured
+
+- Lateness is callback start minus the *requested* deadline, read with the same code inside
+  every callback (the JVM's is the same arithmetic on `System.nanoTime`). Each callback thread
+  records into its own HdrHistogram (1 ns – 1 h, 3 significant digits); they are merged at the
+  end. A bitset per thread checks that every timer ran exactly once and none ran early.
+- Schedule, cancel and reschedule throughput are timed on the producer threads per batch of
+  1024 calls (and summed over producers). Deadlines are `now + delay`, the clock read every 64
+  timers.
+- Memory: RSS after the last timer was scheduled minus RSS before the first, divided by the
+  timers scheduled (some have fired by then; freed memory the allocator keeps still counts).
+  Peak RSS is VmHWM, reset at the start of each run. The allocator is mimalloc.
+- CPU time is each thread's schedstat run time, by thread name, over the run.
+- `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'
+  time; `rpc` cancels 90 % of timers one batch after scheduling them; `heartbeat` postpones
+  every timer 3 times (to now + its delay) and measures lateness from the last deadline.
+";

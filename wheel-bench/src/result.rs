@@ -1,0 +1,194 @@
+//! [`RunResult`]: everything one run of one system measured (the rows of every table and of
+//! results.json).
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::Percentiles;
+use crate::scenario::Scenario;
+
+/// One system's run of one scenario.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResult {
+    pub system: String,
+    pub scenario: Scenario,
+    /// Timers the run was asked to schedule.
+    pub timers: u64,
+    #[serde(with = "crate::format::duration_text")]
+    pub spread: Duration,
+    pub producers: usize,
+    pub counts: Counts,
+    pub throughput: Throughput,
+    /// Lateness of every callback that does not block.
+    pub lateness: Percentiles,
+    /// Lateness of the blocking callbacks (`slow` scenario).
+    pub blocked_lateness: Option<Percentiles>,
+    pub memory: Option<MemoryFigures>,
+    pub cpu: CpuFigures,
+    /// Tick-thread wake-ups during the run, where the system counts them.
+    pub wakeups: Option<u64>,
+    /// Wall time from the first schedule to the last callback.
+    pub wall_secs: f64,
+    /// Why the counts do not add up, if they do not (empty: all good).
+    pub problems: Vec<String>,
+    /// How this run was measured, where it differs from the others.
+    pub notes: Vec<String>,
+    #[serde(skip)]
+    pub histogram: Option<Histogram<u64>>,
+    #[serde(skip)]
+    pub blocked_histogram: Option<Histogram<u64>>,
+}
+
+/// What happened to the timers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Accepted by the system.
+    pub scheduled: u64,
+    /// Refused by the system.
+    pub rejected: u64,
+    /// Distinct timers whose callback ran.
+    pub fired: u64,
+    /// Timers whose cancel took effect (they never ran).
+    pub cancelled: u64,
+    /// Cancel calls made.
+    pub cancel_calls: u64,
+    /// Reschedule calls that moved a pending timer.
+    pub rescheduled: u64,
+    /// Reschedule calls made.
+    pub reschedule_calls: u64,
+    /// Still pending when the system stopped.
+    pub unfired: u64,
+    /// Callback runs beyond the first for one timer.
+    pub duplicates: u64,
+    /// Callbacks that started before their requested deadline.
+    pub early: u64,
+}
+
+impl Counts {
+    /// True when every timer is accounted for exactly once and none ran early.
+    pub fn add_up(&self, timers: u64) -> bool {
+        self.scheduled + self.rejected == timers
+            && self.fired + self.cancelled + self.unfired == self.scheduled
+            && self.duplicates == 0
+            && self.early == 0
+    }
+}
+
+/// Operations per second, each timed on the producer threads (summed over producers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    pub schedule_per_sec: Option<f64>,
+    pub cancel_per_sec: Option<f64>,
+    pub reschedule_per_sec: Option<f64>,
+}
+
+/// Resident memory around the moment every timer was scheduled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryFigures {
+    /// RSS after the system started, before the first timer.
+    pub rss_before: u64,
+    /// RSS right after the last timer was scheduled.
+    pub rss_scheduled: u64,
+    /// Timers pending at that moment (scheduled minus fired so far).
+    pub pending_then: u64,
+    /// Peak RSS of the run (VmHWM, reset at its start).
+    pub peak_rss: u64,
+    /// `(rss_scheduled - rss_before) / scheduled`.
+    pub bytes_per_timer: f64,
+}
+
+/// CPU time of the system's threads during the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuFigures {
+    /// Threads that keep time (tick threads, timer threads, runtime workers).
+    pub timer_ns: u64,
+    /// Threads that run callbacks, when they are not the timer threads.
+    pub executor_ns: Option<u64>,
+    /// How the threads were told apart.
+    pub threads: String,
+}
+
+impl RunResult {
+    /// A result with only its identity filled in.
+    pub fn new(
+        system: &str,
+        scenario: Scenario,
+        timers: u64,
+        spread: Duration,
+        producers: usize,
+    ) -> RunResult {
+        RunResult {
+            system: system.to_string(),
+            scenario,
+            timers,
+            spread,
+            producers,
+            counts: Counts::default(),
+            throughput: Throughput::default(),
+            lateness: Percentiles::default(),
+            blocked_lateness: None,
+            memory: None,
+            cpu: CpuFigures::default(),
+            wakeups: None,
+            wall_secs: 0.0,
+            problems: Vec::new(),
+            notes: Vec::new(),
+            histogram: None,
+            blocked_histogram: None,
+        }
+    }
+
+    /// Sets the lateness histograms and their percentiles.
+    pub fn set_lateness(&mut self, lateness: Histogram<u64>, blocked: Option<Histogram<u64>>) {
+        self.lateness = Percentiles::of(&lateness);
+        self.blocked_lateness = blocked.as_ref().map(Percentiles::of);
+        self.histogram = Some(lateness);
+        self.blocked_histogram = blocked;
+    }
+
+    /// Adds a problem unless the counts add up.
+    pub fn check_counts(&mut self) {
+        if self.scenario != Scenario::Idle && !self.counts.add_up(self.timers) {
+            let c = self.counts;
+            self.problems.push(format!(
+                "counts do not add up: {} timers, {} scheduled + {} rejected; {} fired + {} cancelled + {} unfired; {} duplicate runs, {} early",
+                self.timers, c.scheduled, c.rejected, c.fired, c.cancelled, c.unfired, c.duplicates, c.early
+            ));
+        }
+    }
+
+    /// A label for tables and plots: system and size ("wheel 10M").
+    pub fn label(&self) -> String {
+        format!("{} {}", self.system, crate::format::count_text(self.timers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_add_up_only_when_every_timer_is_accounted_for() {
+        let good = Counts {
+            scheduled: 10,
+            fired: 7,
+            cancelled: 2,
+            unfired: 1,
+            ..Counts::default()
+        };
+        assert!(good.add_up(10));
+        assert!(!Counts {
+            duplicates: 1,
+            ..good
+        }
+        .add_up(10));
+        assert!(!Counts { early: 1, ..good }.add_up(10));
+        assert!(!Counts { fired: 6, ..good }.add_up(10));
+        let mut run = RunResult::new("x", Scenario::Fire, 10, Duration::from_secs(1), 1);
+        run.counts = Counts { fired: 6, ..good };
+        run.check_counts();
+        assert_eq!(run.problems.len(), 1);
+    }
+}

@@ -1,0 +1,247 @@
+//! Peer: Netty's `HashedWheelTimer`, through the Java harness in `wheel-bench/java/`. The
+//! harness is compiled with `javac` into the run's work directory and run in a JVM with a
+//! fixed, pre-touched heap and warm-up rounds, so neither heap growth nor the JIT decides its
+//! tail. It draws the same delays from the same seed and prints its figures and lateness
+//! samples, which are read back here.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::histogram::new_histogram;
+use crate::result::{Counts, CpuFigures, RunResult, Throughput};
+use crate::scenario::Scenario;
+use crate::systems::{Plan, System};
+
+/// The peer's name.
+pub const NAME: &str = "netty";
+/// The harness source, kept in `wheel-bench/java/` and built at run time.
+const SOURCE: &str = include_str!("../../java/NettyBench.java");
+/// Debian's `libnetty-java` puts Netty's common classes here.
+pub const NETTY_JAR: &str = "/usr/share/java/netty-common.jar";
+/// Netty's default `ticksPerWheel`.
+const TICKS_PER_WHEEL: u32 = 512;
+/// The JVM's fixed heap: sized once, pre-touched, with a large young generation.
+pub const JVM_FLAGS: [&str; 5] = [
+    "-Xms2g",
+    "-Xmx2g",
+    "-Xmn1g",
+    "-XX:+AlwaysPreTouch",
+    "-XX:+UseParallelGC",
+];
+
+/// Netty's HashedWheelTimer in a JVM.
+pub struct Netty;
+
+impl System for Netty {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn skip_reason(&self, plan: &Plan<'_>) -> Option<String> {
+        if plan.scenario == Scenario::Heartbeat {
+            return Some(
+                "HashedWheelTimer has no reschedule (a Timeout is cancelled and a new one made)"
+                    .into(),
+            );
+        }
+        if plan.producers != 1 {
+            return Some("the Java harness schedules from one thread".into());
+        }
+        if find_on_path("javac").is_none() || find_on_path("java").is_none() {
+            return Some("no `javac`/`java` on PATH (apt-get install default-jdk-headless)".into());
+        }
+        if !Path::new(NETTY_JAR).exists() {
+            return Some(format!(
+                "{NETTY_JAR} is missing (apt-get install libnetty-java)"
+            ));
+        }
+        None
+    }
+
+    fn run(&self, plan: &Plan<'_>) -> Result<RunResult, String> {
+        let classes = compile(plan.work_dir)?;
+        let bar = plan.progress.timer(
+            plan.spread * (plan.jvm_warmup_rounds + 1) + Duration::from_secs(2),
+            &format!("{NAME} {}: JVM", plan.scenario),
+        );
+        let output = Command::new("java")
+            .args(JVM_FLAGS)
+            .arg("-cp")
+            .arg(classpath(&classes))
+            .arg("NettyBench")
+            .args(harness_args(plan))
+            .output()
+            .map_err(|e| format!("cannot start java: {e}"))?;
+        bar.finish_and_clear();
+        if !output.status.success() {
+            return Err(format!(
+                "the Java harness failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        parse_output(&String::from_utf8_lossy(&output.stdout), plan)
+    }
+
+    fn method(&self) -> &'static str {
+        "Netty 4 HashedWheelTimer (tick = wheel's tick, 512 ticks per wheel) in a JVM with a fixed pre-touched heap (-Xms2g -Xmx2g -Xmn1g -XX:+AlwaysPreTouch, ParallelGC) after warm-up rounds of the same workload and a System.gc(); scheduled from the main thread; callbacks on its one worker thread"
+    }
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+fn classpath(classes: &Path) -> String {
+    format!("{}:{NETTY_JAR}", classes.display())
+}
+
+/// Writes the harness source into `work_dir/java` and compiles it there.
+fn compile(work_dir: &Path) -> Result<PathBuf, String> {
+    let dir = work_dir.join("java");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let source = dir.join("NettyBench.java");
+    if dir.join("NettyBench.class").exists()
+        && std::fs::read_to_string(&source).ok().as_deref() == Some(SOURCE)
+    {
+        return Ok(dir);
+    }
+    std::fs::write(&source, SOURCE).map_err(|e| format!("{}: {e}", source.display()))?;
+    let output = Command::new("javac")
+        .arg("-cp")
+        .arg(NETTY_JAR)
+        .arg("-d")
+        .arg(&dir)
+        .arg(&source)
+        .output()
+        .map_err(|e| format!("cannot start javac: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "javac failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(dir)
+}
+
+fn harness_args(plan: &Plan<'_>) -> Vec<String> {
+    vec![
+        format!("timers={}", plan.timers),
+        format!("spread_ns={}", plan.spread.as_nanos()),
+        format!("seed={}", plan.seed as i64),
+        format!("scenario={}", plan.scenario),
+        format!("tick_ns={}", plan.config.tick.as_nanos()),
+        format!("ticks_per_wheel={TICKS_PER_WHEEL}"),
+        format!("warmup={}", plan.jvm_warmup_rounds),
+        format!("idle_ms={}", plan.idle_for.as_millis()),
+    ]
+}
+
+/// Reads the harness's `key value` lines and sample rows into a result.
+fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
+    let mut result = RunResult::new(NAME, plan.scenario, plan.timers, plan.spread, 1);
+    let mut lateness = new_histogram();
+    let mut blocked = new_histogram();
+    let mut figures = std::collections::HashMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        match (fields.first().copied(), number(1), number(2)) {
+            (Some("lateness"), Some(value), Some(count)) => {
+                lateness.saturating_record_n(value, count)
+            }
+            (Some("blocked"), Some(value), Some(count)) => {
+                blocked.saturating_record_n(value, count)
+            }
+            (Some(key), Some(value), None) => {
+                figures.insert(key.to_string(), value);
+            }
+            _ => return Err(format!("unexpected line from the Java harness: {line:?}")),
+        }
+    }
+    let get = |key: &str| {
+        figures
+            .get(key)
+            .copied()
+            .ok_or_else(|| format!("the Java harness did not report {key}"))
+    };
+    result.cpu = CpuFigures {
+        timer_ns: get("cpu_ns")?,
+        executor_ns: None,
+        threads: "netty-wheel (its worker; callbacks run there too)".into(),
+    };
+    if plan.scenario == Scenario::Idle {
+        result.wall_secs = plan.idle_for.as_secs_f64();
+        return Ok(result);
+    }
+    result.counts = Counts {
+        scheduled: get("scheduled")?,
+        fired: get("fired")?,
+        cancelled: get("cancelled")?,
+        cancel_calls: get("cancel_calls")?,
+        unfired: get("unfired")?,
+        duplicates: get("duplicates")?,
+        early: get("early")?,
+        ..Counts::default()
+    };
+    let rate = |ops: u64, ns: u64| (ops > 0 && ns > 0).then(|| ops as f64 * 1e9 / ns as f64);
+    result.throughput = Throughput {
+        schedule_per_sec: rate(result.counts.scheduled, get("schedule_ns")?),
+        cancel_per_sec: rate(result.counts.cancel_calls, get("cancel_ns")?),
+        reschedule_per_sec: None,
+    };
+    result.wall_secs = get("wall_ns")? as f64 / 1e9;
+    let ran_after_cancel = get("ran_after_cancel")?;
+    if ran_after_cancel > 0 {
+        result.problems.push(format!(
+            "{ran_after_cancel} timers ran although cancel returned true"
+        ));
+    }
+    result.notes.push(format!(
+        "JVM: {} warm-up rounds; {} GCs taking {} ms during the measured round; memory not comparable (separate process)",
+        plan.jvm_warmup_rounds,
+        get("gc_count")?,
+        get("gc_ms")?
+    ));
+    result.check_counts();
+    let blocked = (plan.scenario == Scenario::Slow).then_some(blocked);
+    result.set_lateness(lateness, blocked);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::progress::Progress;
+
+    #[test]
+    fn harness_output_is_read() {
+        let config = wheel_shard::Config::default();
+        let progress = Progress::new(true);
+        let plan = Plan {
+            scenario: Scenario::Rpc,
+            timers: 4,
+            spread: Duration::from_secs(1),
+            producers: 1,
+            seed: 1,
+            idle_for: Duration::from_secs(1),
+            config: &config,
+            work_dir: Path::new("/nonexistent"),
+            jvm_warmup_rounds: 1,
+            progress: &progress,
+        };
+        let text = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
+        let result = parse_output(text, &plan).unwrap();
+        assert!(result.problems.is_empty(), "{:?}", result.problems);
+        assert_eq!(result.lateness.count, 2);
+        assert_eq!(result.throughput.schedule_per_sec, Some(1e7));
+        assert!(parse_output("what\n", &plan).is_err());
+        assert!(parse_output("scheduled 4\n", &plan)
+            .unwrap_err()
+            .contains("cpu_ns"));
+    }
+}

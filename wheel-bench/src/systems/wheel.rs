@@ -1,0 +1,80 @@
+//! wheel itself, through `wheel_shard`'s public API only.
+
+use std::time::Instant;
+
+use wheel_shard::{Config, TimerId, TimerService};
+
+use crate::probe::RunHandle;
+use crate::systems::{Finished, Outcome, ThreadRoles, Timers};
+use crate::task::Task;
+
+/// A [`TimerService`] built from the run's config.
+pub struct WheelTimers {
+    service: TimerService,
+}
+
+impl Timers for WheelTimers {
+    type Id = TimerId;
+    const NAME: &'static str = "wheel";
+    const METHOD: &'static str = "TimerService::schedule_at / cancel / reschedule from the producer threads; callbacks on its executor";
+
+    fn start(config: &Config, _run: &RunHandle) -> Result<WheelTimers, String> {
+        let service = TimerService::new(config.clone()).map_err(|e| e.to_string())?;
+        Ok(WheelTimers { service })
+    }
+
+    fn schedule_at(&self, deadline: Instant, task: Task) -> Result<TimerId, String> {
+        self.service
+            .schedule_at(deadline, move || task.run())
+            .map_err(|e| e.to_string())
+    }
+
+    fn cancel(&self, id: &TimerId) -> Outcome {
+        if self.service.cancel(*id) {
+            Outcome::Done
+        } else {
+            Outcome::TooLate
+        }
+    }
+
+    fn reschedule_at(&self, id: &TimerId, deadline: Instant, _task: Task) -> Outcome {
+        let delay = deadline.saturating_duration_since(Instant::now());
+        if self.service.reschedule(*id, delay) {
+            Outcome::Done
+        } else {
+            Outcome::TooLate
+        }
+    }
+
+    fn wakeups(&self) -> Option<u64> {
+        Some(self.service.stats().wakeups)
+    }
+
+    fn threads(&self) -> ThreadRoles {
+        ThreadRoles {
+            timer: "wheel-tick-",
+            executor: Some("wheel-exec-"),
+        }
+    }
+
+    fn finish(self) -> Finished {
+        let unfired = self.service.shutdown();
+        let stats = self.service.stats();
+        let mut problems = Vec::new();
+        if stats.pending != 0 {
+            problems.push(format!(
+                "Stats::pending is {} after shutdown",
+                stats.pending
+            ));
+        }
+        if stats.panicked != 0 {
+            problems.push(format!("{} callbacks panicked", stats.panicked));
+        }
+        Finished {
+            unfired: unfired.len() as u64,
+            cancelled: None,
+            counted: Some((stats.fired, stats.cancelled)),
+            problems,
+        }
+    }
+}

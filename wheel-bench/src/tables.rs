@@ -1,0 +1,277 @@
+//! The tables a run prints and puts in report.md, built from its results.
+
+use crate::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
+use crate::result::RunResult;
+use crate::scenario::Scenario;
+use crate::table::Table;
+
+/// A skipped system and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Skipped {
+    pub system: String,
+    pub scenario: Scenario,
+    pub reason: String,
+}
+
+/// Every table for `scenario`: all its runs, then (when peers ran) the side-by-side at
+/// `peer_timers` with ratios to wheel, then blocked callbacks for `slow`.
+pub fn scenario_tables(scenario: Scenario, results: &[RunResult], peer_timers: u64) -> Vec<Table> {
+    let mut runs: Vec<&RunResult> = results.iter().filter(|r| r.scenario == scenario).collect();
+    // wheel first, biggest run first; peers keep their order.
+    runs.sort_by_key(|r| (r.system != "wheel", std::cmp::Reverse(r.timers)));
+    if runs.is_empty() {
+        return Vec::new();
+    }
+    if scenario == Scenario::Idle {
+        return vec![idle_table(&runs)];
+    }
+    let mut tables = vec![main_table(scenario, &runs)];
+    let side: Vec<&RunResult> = runs
+        .iter()
+        .copied()
+        .filter(|r| r.timers == side_size(&runs, peer_timers))
+        .collect();
+    if side.iter().any(|r| r.system != "wheel") {
+        if let Some(wheel) = side.iter().find(|r| r.system == "wheel") {
+            tables.push(side_by_side(scenario, wheel, &side));
+        }
+    }
+    if scenario == Scenario::Slow {
+        tables.push(blocked_table(&runs));
+    }
+    tables
+}
+
+/// The size the peers ran at (the slow scenario caps it below `peer_timers`).
+fn side_size(runs: &[&RunResult], peer_timers: u64) -> u64 {
+    runs.iter()
+        .find(|r| r.system != "wheel")
+        .map_or(peer_timers, |r| r.timers)
+}
+
+fn op_rate(rate: Option<f64>) -> String {
+    rate.map_or_else(|| "–".into(), rate_text)
+}
+
+fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
+    let follow_up = match scenario {
+        Scenario::Rpc => "cancel/s",
+        Scenario::Heartbeat => "resched/s",
+        _ => "",
+    };
+    let mut headers = vec!["system", "timers", "spread", "schedule/s"];
+    if !follow_up.is_empty() {
+        headers.push(follow_up);
+    }
+    headers.extend([
+        "p50",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max",
+        "peak RSS",
+        "B/timer",
+        "CPU timer",
+        "CPU exec",
+        "wake-ups",
+        "counts",
+    ]);
+    let mut table = Table::new(format!("{scenario}: {}", scenario.describe()), &headers);
+    for run in runs {
+        let l = run.lateness;
+        let mut row = vec![
+            run.system.clone(),
+            count_text(run.timers),
+            humantime::format_duration(run.spread).to_string(),
+            op_rate(run.throughput.schedule_per_sec),
+        ];
+        match scenario {
+            Scenario::Rpc => row.push(op_rate(run.throughput.cancel_per_sec)),
+            Scenario::Heartbeat => row.push(op_rate(run.throughput.reschedule_per_sec)),
+            _ => {}
+        }
+        row.extend(
+            [
+                l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.p9999_ns, l.max_ns,
+            ]
+            .map(nanos_text),
+        );
+        row.push(run.memory.map_or("–".into(), |m| bytes_text(m.peak_rss)));
+        row.push(
+            run.memory
+                .map_or("–".into(), |m| format!("{:.1}", m.bytes_per_timer)),
+        );
+        row.push(nanos_text(run.cpu.timer_ns));
+        row.push(run.cpu.executor_ns.map_or("(inline)".into(), nanos_text));
+        row.push(run.wakeups.map_or("–".into(), |w| w.to_string()));
+        row.push(if run.problems.is_empty() {
+            "ok".into()
+        } else {
+            "FAIL".into()
+        });
+        table.push(row);
+    }
+    table
+}
+
+fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
+    let headers = [
+        "system",
+        "schedule/s",
+        "p50",
+        "p99",
+        "p99.99",
+        "max",
+        "B/timer",
+        "CPU total",
+    ];
+    let title = format!(
+        "{scenario} side by side at {} timers over {}: each figure and its ratio to wheel",
+        count_text(wheel.timers),
+        humantime::format_duration(wheel.spread)
+    );
+    let mut table = Table::new(title, &headers);
+    let cpu_total = |r: &RunResult| (r.cpu.timer_ns + r.cpu.executor_ns.unwrap_or(0)) as f64;
+    for run in runs {
+        let with_ratio =
+            |text: String, value: f64, base: f64| format!("{text} ({})", ratio_text(value, base));
+        let rate = |r: &RunResult| r.throughput.schedule_per_sec.unwrap_or(0.0);
+        let ns = |get: fn(&RunResult) -> u64| {
+            with_ratio(nanos_text(get(run)), get(run) as f64, get(wheel) as f64)
+        };
+        let bytes = match (run.memory, wheel.memory) {
+            (Some(m), Some(w)) => with_ratio(
+                format!("{:.1}", m.bytes_per_timer),
+                m.bytes_per_timer,
+                w.bytes_per_timer,
+            ),
+            _ => "–".into(),
+        };
+        table.push(vec![
+            run.system.clone(),
+            with_ratio(
+                op_rate(run.throughput.schedule_per_sec),
+                rate(run),
+                rate(wheel),
+            ),
+            ns(|r| r.lateness.p50_ns),
+            ns(|r| r.lateness.p99_ns),
+            ns(|r| r.lateness.p9999_ns),
+            ns(|r| r.lateness.max_ns),
+            bytes,
+            with_ratio(
+                nanos_text(cpu_total(run) as u64),
+                cpu_total(run),
+                cpu_total(wheel),
+            ),
+        ]);
+    }
+    table
+}
+
+fn blocked_table(runs: &[&RunResult]) -> Table {
+    let mut table = Table::new(
+        "slow: lateness of the blocking callbacks themselves",
+        &["system", "timers", "blocking", "p50", "p99", "max"],
+    );
+    for run in runs {
+        if let Some(b) = run.blocked_lateness {
+            table.push(vec![
+                run.system.clone(),
+                count_text(run.timers),
+                b.count.to_string(),
+                nanos_text(b.p50_ns),
+                nanos_text(b.p99_ns),
+                nanos_text(b.max_ns),
+            ]);
+        }
+    }
+    table
+}
+
+fn idle_table(runs: &[&RunResult]) -> Table {
+    let mut table = Table::new(
+        format!("idle: {}", Scenario::Idle.describe()),
+        &[
+            "system",
+            "idle for",
+            "CPU timer",
+            "CPU exec",
+            "wake-ups",
+            "wake-ups/s",
+        ],
+    );
+    for run in runs {
+        let per_sec = run.wakeups.map_or("–".into(), |w| {
+            format!("{:.1}", w as f64 / run.wall_secs.max(1e-9))
+        });
+        table.push(vec![
+            run.system.clone(),
+            format!("{:.1} s", run.wall_secs),
+            nanos_text(run.cpu.timer_ns),
+            run.cpu.executor_ns.map_or("(inline)".into(), nanos_text),
+            run.wakeups.map_or("–".into(), |w| w.to_string()),
+            per_sec,
+        ]);
+    }
+    table
+}
+
+/// The skipped systems as a table (empty when none were).
+pub fn skipped_table(skipped: &[Skipped]) -> Option<Table> {
+    if skipped.is_empty() {
+        return None;
+    }
+    let mut table = Table::new("skipped", &["system", "scenario", "reason"]);
+    for s in skipped {
+        table.push(vec![
+            s.system.clone(),
+            s.scenario.to_string(),
+            s.reason.clone(),
+        ]);
+    }
+    Some(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::result::MemoryFigures;
+
+    fn run(system: &str, timers: u64, rate: f64, p99: u64) -> RunResult {
+        let mut r = RunResult::new(system, Scenario::Fire, timers, Duration::from_secs(1), 1);
+        r.throughput.schedule_per_sec = Some(rate);
+        r.lateness.p99_ns = p99;
+        r.memory = Some(MemoryFigures {
+            bytes_per_timer: 50.0,
+            ..MemoryFigures::default()
+        });
+        r
+    }
+
+    #[test]
+    fn side_by_side_gives_ratios_to_wheel() {
+        let results = vec![
+            run("wheel", 10_000_000, 10e6, 1_000_000),
+            run("wheel", 1_000_000, 10e6, 1_000_000),
+            run("binary-heap", 1_000_000, 2e6, 3_000_000),
+        ];
+        let tables = scenario_tables(Scenario::Fire, &results, 1_000_000);
+        assert_eq!(tables.len(), 2);
+        assert_eq!(tables[0].rows.len(), 3);
+        let side = &tables[1];
+        assert_eq!(side.rows.len(), 2);
+        assert_eq!(side.rows[1][1], "2.00 M/s (×0.20)");
+        assert_eq!(side.rows[1][3], "3.00 ms (×3.00)");
+    }
+
+    #[test]
+    fn wheel_alone_has_no_side_by_side() {
+        let results = vec![run("wheel", 100_000, 10e6, 1_000_000)];
+        assert_eq!(scenario_tables(Scenario::Fire, &results, 100_000).len(), 1);
+        assert!(scenario_tables(Scenario::Rpc, &results, 100_000).is_empty());
+    }
+}

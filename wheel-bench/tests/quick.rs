@@ -1,0 +1,144 @@
+//! The `--quick` path end to end, peers off, into a temp dir: the files exist and parse, and
+//! every timer fired exactly once (or was cancelled), none early. Keeps the harness from
+//! rotting; sized to finish in seconds in a debug build.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wheel_bench::histogram::parse_hgrm;
+use wheel_bench::systems::Peer;
+use wheel_bench::{Options, Scenario};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wheel-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn quick(name: &str, scenarios: Vec<Scenario>, peers: Vec<Peer>) -> Options {
+    Options {
+        timers: 20_000,
+        spread: Duration::from_millis(300),
+        peer_timers: 5_000,
+        peer_spread: Duration::from_millis(200),
+        idle_for: Duration::from_millis(300),
+        scenarios,
+        peers,
+        out: Some(temp_dir(name)),
+        quiet: true,
+        ..Options::quick()
+    }
+}
+
+fn read_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("results.json")).expect("results.json written");
+    serde_json::from_str(&text).expect("results.json parses")
+}
+
+#[test]
+fn quick_run_writes_outputs_and_every_timer_fires_once() {
+    let options = quick(
+        "wheel",
+        vec![
+            Scenario::Fire,
+            Scenario::Rpc,
+            Scenario::Heartbeat,
+            Scenario::Idle,
+        ],
+        Vec::new(),
+    );
+    let outcome = wheel_bench::run(&options).expect("bench runs");
+    let dir = &outcome.out_dir;
+    for file in [
+        "report.md",
+        "results.json",
+        "lateness.svg",
+        "lateness-rpc.svg",
+        "throughput.svg",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    let svg = std::fs::read_to_string(dir.join("lateness.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("99.9%"),
+        "lateness.svg has a nines axis"
+    );
+    let hgrm = std::fs::read_to_string(dir.join("wheel-fire-20k.hgrm")).expect("hgrm written");
+    let rows = parse_hgrm(&hgrm).expect("hgrm parses");
+    assert_eq!(
+        rows.last().unwrap().1,
+        20_000,
+        "the histogram holds every fired timer"
+    );
+
+    let json = read_json(dir);
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        assert_eq!(run["system"], "wheel");
+        assert!(run["problems"].as_array().unwrap().is_empty(), "{run}");
+        if run["scenario"] == "idle" {
+            continue;
+        }
+        let c = &run["counts"];
+        let n = |k: &str| c[k].as_u64().unwrap();
+        assert_eq!(n("scheduled"), 20_000);
+        assert_eq!(n("fired") + n("cancelled") + n("unfired"), 20_000, "{c}");
+        assert_eq!(
+            (n("duplicates"), n("early"), n("unfired")),
+            (0, 0, 0),
+            "{c}"
+        );
+        assert!(run["throughput"]["schedule_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    let rpc = runs.iter().find(|r| r["scenario"] == "rpc").unwrap();
+    let cancelled = rpc["counts"]["cancelled"].as_u64().unwrap();
+    assert!(
+        (17_000..=18_500).contains(&cancelled),
+        "about 90 % cancelled: {cancelled}"
+    );
+    let heartbeat = runs.iter().find(|r| r["scenario"] == "heartbeat").unwrap();
+    assert_eq!(
+        heartbeat["counts"]["reschedule_calls"].as_u64().unwrap(),
+        60_000
+    );
+    assert!(outcome.text.contains("side by side") || outcome.text.contains("fire:"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn in_process_peers_account_for_every_timer() {
+    let peers = vec![Peer::BinaryHeap, Peer::DelayQueue, Peer::TokioSleep];
+    let options = Options {
+        timers: 5_000,
+        spread: Duration::from_millis(200),
+        ..quick("peers", vec![Scenario::Fire, Scenario::Rpc], peers)
+    };
+    let outcome = wheel_bench::run(&options).expect("bench runs");
+    assert!(
+        outcome.all_ok(),
+        "{:#?}",
+        outcome
+            .results
+            .iter()
+            .map(|r| &r.problems)
+            .collect::<Vec<_>>()
+    );
+    // wheel once (same size as the peers) and three peers, per scenario.
+    assert_eq!(outcome.results.len(), 8);
+    assert!(
+        outcome.text.contains("side by side at 5000 timers"),
+        "{}",
+        outcome.text
+    );
+    for run in &outcome.results {
+        assert_eq!(
+            run.counts.fired + run.counts.cancelled + run.counts.unfired,
+            5_000,
+            "{}: {:?}",
+            run.system,
+            run.counts
+        );
+    }
+    let _ = std::fs::remove_dir_all(&outcome.out_dir);
+}
