@@ -51,6 +51,15 @@ pub struct BenchArgs {
     /// No progress bars and no tables (for scripts; read results.json).
     #[arg(long)]
     pub quiet: bool,
+    /// Warm-up rounds of the JVM before Netty's measured round [default: 2; --quick: 1].
+    #[arg(long)]
+    pub jvm_warmup_rounds: Option<u32>,
+    /// Run every system in the calling process instead of one child process per run.
+    #[arg(long)]
+    pub in_process: bool,
+    /// Internal: run one `system:scenario:timers:spread_ns` and print its result as JSON.
+    #[arg(long, hide = true)]
+    pub child: Option<String>,
 }
 
 impl BenchArgs {
@@ -79,6 +88,7 @@ impl BenchArgs {
             config,
             config_file: self.config.clone(),
             quiet: self.quiet,
+            jvm_warmup_rounds: self.jvm_warmup_rounds.unwrap_or(base.jvm_warmup_rounds),
             ..base
         };
         options.validate()?;

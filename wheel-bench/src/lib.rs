@@ -6,6 +6,7 @@
 //! tables, `.hgrm` histograms, SVG plots, report.md and results.json.
 
 pub mod bitset;
+pub mod child;
 pub mod cli;
 pub mod delays;
 pub mod driver;
@@ -91,7 +92,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
                 jvm_warmup_rounds: options.jvm_warmup_rounds,
                 progress: &progress,
             };
-            run_one(system.as_ref(), &plan, &mut results, &mut skipped);
+            run_one(system.as_ref(), &plan, options, &mut results, &mut skipped);
             std::thread::sleep(SETTLE);
         }
     }
@@ -148,6 +149,7 @@ fn schedule_of_runs(options: &Options, scenario: S) -> Vec<(Box<dyn System>, u64
 fn run_one(
     system: &dyn System,
     plan: &Plan<'_>,
+    options: &Options,
     results: &mut Vec<RunResult>,
     skipped: &mut Vec<Skipped>,
 ) {
@@ -172,7 +174,19 @@ fn run_one(
         format::count_text(plan.timers),
         humantime::format_duration(plan.spread)
     ));
-    match system.run(plan) {
+    let outcome = match &options.isolate {
+        Some(exe) => {
+            let spec = child::ChildSpec {
+                system: system.name().to_string(),
+                scenario: plan.scenario,
+                timers: plan.timers,
+                spread: plan.spread,
+            };
+            child::run_in_child(exe, options, &spec, plan.work_dir)
+        }
+        None => system.run(plan),
+    };
+    match outcome {
         Ok(result) => results.push(result),
         Err(error) => skipped.push(skip(format!("failed: {error}"))),
     }

@@ -12,6 +12,8 @@ pub struct Machine {
     pub cpu_model: String,
     pub memory_bytes: u64,
     pub kernel: String,
+    /// /proc/loadavg when the run started: a busy machine makes every figure worse.
+    pub load_average: String,
 }
 
 impl Machine {
@@ -34,7 +36,21 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "unknown".into()),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_default(),
         }
+    }
+
+    /// True when the 1-minute load average was above half the cores at the start.
+    pub fn was_busy(&self) -> bool {
+        let load: f64 = self
+            .load_average
+            .split_whitespace()
+            .next()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(0.0);
+        load > self.cores as f64 * 0.5
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Options {
     pub jvm_warmup_rounds: u32,
     /// No progress bars and no tables on stdout.
     pub quiet: bool,
+    /// Run each system in a child process of this executable (its `bench --child` mode), so
+    /// every run starts from a clean heap; `None` runs them in this process.
+    pub isolate: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -62,6 +65,7 @@ impl Default for Options {
             config_file: None,
             jvm_warmup_rounds: 2,
             quiet: false,
+            isolate: None,
         }
     }
 }

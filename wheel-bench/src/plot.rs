@@ -5,6 +5,7 @@ use std::path::Path;
 
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::histogram::SpectrumPoint;
 
@@ -31,32 +32,33 @@ pub fn percentile_label(x: f64) -> String {
     format!("{:.digits$}%", 100.0 - 100.0 / x)
 }
 
-/// Draws the lateness spectrum of each line into `path` (y in milliseconds).
+/// Lowest lateness drawn: the log axis cannot reach zero.
+const FLOOR_MS: f64 = 0.001;
+
+/// Draws the lateness spectrum of each line into `path`. The y axis is logarithmic (in
+/// milliseconds) so systems that differ by orders of magnitude stay readable on one plot.
 pub fn lateness(path: &Path, title: &str, lines: &[Line<'_>]) -> Result<(), String> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let max_x = lines
-        .iter()
-        .flat_map(|l| l.points.iter())
-        .map(|p| nines(p.quantile))
-        .fold(100.0f64, f64::max);
-    let decades = max_x.log10().ceil() as i32;
+    let all = || lines.iter().flat_map(|l| l.points.iter());
+    let widest = all().map(|p| nines(p.quantile)).fold(100.0f64, f64::max);
+    // Whole decades only, and no further than the points reach.
+    let decades = widest.log10().round().max(2.0) as i32;
     let max_x = 10f64.powi(decades);
-    let max_y = lines
-        .iter()
-        .flat_map(|l| l.points.iter())
-        .map(|p| p.value_ns as f64 / 1e6)
-        .fold(0.001f64, f64::max)
-        * 1.08;
+    let ms = |p: &SpectrumPoint| (p.value_ns as f64 / 1e6).max(FLOOR_MS);
+    let top = all().map(ms).fold(FLOOR_MS * 10.0, f64::max);
+    let bottom = all().map(ms).fold(top, f64::min);
+    let y_range = 10f64.powi(bottom.log10().floor() as i32)..10f64.powi(top.log10().ceil() as i32);
     let key_points: Vec<f64> = (0..=decades).map(|d| 10f64.powi(d)).collect();
     let mut chart = ChartBuilder::on(&root)
         .caption(title, (FONT, 24))
         .margin(20)
+        .margin_right(50)
         .x_label_area_size(50)
         .y_label_area_size(80)
         .build_cartesian_2d(
             (1f64..max_x).log_scale().with_key_points(key_points),
-            0f64..max_y,
+            y_range.log_scale(),
         )
         .map_err(|e| e.to_string())?;
     chart
@@ -64,19 +66,19 @@ pub fn lateness(path: &Path, title: &str, lines: &[Line<'_>]) -> Result<(), Stri
         .x_desc("percentile")
         .y_desc("lateness (ms): callback start − requested deadline")
         .x_label_formatter(&|x| percentile_label(*x))
-        .y_label_formatter(&|y| format!("{y:.2}"))
+        .y_label_formatter(&|y| format!("{y}"))
         .label_style((FONT, 16))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, line) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let style = color.stroke_width(2);
         let points = line
             .points
             .iter()
-            .map(|p| (nines(p.quantile), p.value_ns as f64 / 1e6));
+            .filter(|p| nines(p.quantile) <= max_x)
+            .map(|p| (nines(p.quantile), ms(p)));
         chart
-            .draw_series(LineSeries::new(points, style))
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(line.label.clone())
             .legend(move |(x, y)| {
@@ -104,7 +106,10 @@ pub fn throughput(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<()
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..bars.len()).into_segmented(), 0f64..max_y)
+        .build_cartesian_2d(
+            (0..bars.len().saturating_sub(1)).into_segmented(),
+            0f64..max_y,
+        )
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
@@ -135,10 +140,12 @@ pub fn throughput(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<()
         .map_err(|e| e.to_string())?;
     chart
         .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            let style =
+                TextStyle::from((FONT, 16).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
             Text::new(
                 format!("{:.2} M/s", v / 1e6),
-                (SegmentValue::CenterOf(i), v / 1e6 + max_y * 0.02),
-                (FONT, 16),
+                (SegmentValue::CenterOf(i), v / 1e6 + max_y * 0.025),
+                style,
             )
         }))
         .map_err(|e| e.to_string())?;
@@ -156,5 +163,46 @@ mod tests {
         assert_eq!(percentile_label(100.0), "99%");
         assert_eq!(percentile_label(1000.0), "99.9%");
         assert_eq!(percentile_label(100_000.0), "99.999%");
+    }
+
+    #[test]
+    fn both_plots_render_to_svg() {
+        let dir = std::env::temp_dir().join(format!("wheel-bench-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut fast = crate::histogram::new_histogram();
+        let mut slow = crate::histogram::new_histogram();
+        for i in 0..100_000u64 {
+            fast.record(500_000 + i * 10).unwrap();
+            slow.record(1_000 + i * i / 20).unwrap();
+        }
+        let (a, b) = (
+            crate::histogram::spectrum(&fast),
+            crate::histogram::spectrum(&slow),
+        );
+        let lines = [
+            Line {
+                label: "fast".into(),
+                points: &a,
+            },
+            Line {
+                label: "slow".into(),
+                points: &b,
+            },
+        ];
+        lateness(&dir.join("lateness.svg"), "lateness", &lines).unwrap();
+        throughput(
+            &dir.join("throughput.svg"),
+            "throughput",
+            &[("a".into(), 4e6), ("b".into(), 1e7)],
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(dir.join("lateness.svg")).unwrap();
+        assert!(
+            svg.contains("99.99%") && svg.contains("fast"),
+            "labels and legend drawn"
+        );
+        assert!(!svg.contains("99.9999%"), "no axis beyond the samples");
+        let bars = std::fs::read_to_string(dir.join("throughput.svg")).unwrap();
+        assert!(bars.contains("10.00 M/s"));
     }
 }

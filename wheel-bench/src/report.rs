@@ -23,12 +23,18 @@ pub fn all_tables(options: &Options, results: &[RunResult], skipped: &[Skipped])
 
 /// One line on the machine.
 pub fn machine_line(machine: &Machine) -> String {
+    let busy = if machine.was_busy() {
+        " — WARNING: the machine was busy, figures are not representative"
+    } else {
+        ""
+    };
     format!(
-        "{} cores ({}), {} RAM, Linux {}",
+        "{} cores ({}), {} RAM, Linux {}, load average {} at start{busy}",
         machine.cores,
         machine.cpu_model,
         bytes_text(machine.memory_bytes),
-        machine.kernel
+        machine.kernel,
+        machine.load_average
     )
 }
 
@@ -94,9 +100,19 @@ pub fn markdown(
     let _ = writeln!(md, "- CPU: {}", machine.cpu_model);
     let _ = writeln!(
         md,
-        "- memory: {}; kernel: Linux {}\n",
+        "- memory: {}; kernel: Linux {}",
         bytes_text(machine.memory_bytes),
         machine.kernel
+    );
+    let busy = if machine.was_busy() {
+        " (**busy: figures are not representative**)"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        md,
+        "- load average at start: {}{busy}\n",
+        machine.load_average
     );
     md.push_str("## Run\n\n");
     let _ = writeln!(
@@ -184,6 +200,8 @@ const METHOD: &str = "
   timers scheduled (some have fired by then; freed memory the allocator keeps still counts).
   Peak RSS is VmHWM, reset at the start of each run. The allocator is mimalloc.
 - CPU time is each thread's schedstat run time, by thread name, over the run.
+- `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
+  off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'
   time; `rpc` cancels 90 % of timers one batch after scheduling them; `heartbeat` postpones
   every timer 3 times (to now + its delay) and measures lateness from the last deadline.

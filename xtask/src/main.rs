@@ -26,6 +26,23 @@ enum Command {
     Bench(BenchArgs),
 }
 
+/// `bench --child SPEC`: one run, its result printed as one JSON line on stdout.
+fn child(options: &wheel_bench::Options, spec: &str) -> ExitCode {
+    let work_dir = options.out.clone().unwrap_or_default();
+    let run = wheel_bench::child::ChildSpec::parse(spec)
+        .and_then(|spec| wheel_bench::child::run_child(options, &spec, &work_dir));
+    match run {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The workspace's target directory: $CARGO_TARGET_DIR, else `<workspace>/target`.
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(
@@ -49,6 +66,13 @@ fn main() -> ExitCode {
     };
     if options.out.is_none() {
         options.out = Some(wheel_bench::outputs::default_dir(&target_dir()));
+    }
+    if let Some(spec) = &args.child {
+        return child(&options, spec);
+    }
+    if !args.in_process {
+        // Each run in a fresh process of this binary: a clean heap for every system.
+        options.isolate = std::env::current_exe().ok();
     }
     match wheel_bench::run(&options) {
         Ok(outcome) => {
