@@ -96,10 +96,8 @@ impl Core {
 }
 
 fn thread_seed() -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    std::thread::current().id().hash(&mut hasher);
-    hasher.finish()
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id())
 }
 
 /// SplitMix64's finaliser: consecutive sequence numbers land on unrelated shards.

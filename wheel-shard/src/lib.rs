@@ -91,12 +91,16 @@ mod sync;
 mod table;
 mod tick;
 mod timer;
+#[cfg(feature = "tokio")]
+mod tokio_adapter;
 
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
+#[cfg(feature = "tokio")]
+pub use tokio_adapter::{Elapsed, Sleep, Timeout, TimerError};
 
 /// The histogram type of [`Lateness::histogram`].
 pub use hdrhistogram;

@@ -151,7 +151,8 @@ impl TimerService {
             }
             Err(error) => {
                 cell.retire();
-                shard.recycle(slot);
+                shard.table.recycle(slot);
+                core.limit.release();
                 Err(error)
             }
         }
@@ -170,6 +171,7 @@ impl TimerService {
         if !cell.cancel(id.gen()) {
             return false;
         }
+        self.core().limit.release();
         let notice = Notice::Touch {
             slot: id.slot(),
             gen: id.gen(),

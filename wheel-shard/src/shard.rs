@@ -12,12 +12,12 @@
 //! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::Injector;
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
 
 use crate::core::PendingLimit;
 use crate::error::ScheduleError;
@@ -44,9 +44,13 @@ pub(crate) struct Shard {
     pub(crate) ring: PendingRing<Armed>,
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
-    limit: Arc<PendingLimit>,
+    pub(crate) limit: Arc<PendingLimit>,
     wake_at: CachePadded<AtomicU64>,
     wake_requested: AtomicBool,
+    /// Producers waiting for room in a full ring.
+    waiters: CachePadded<AtomicUsize>,
+    room_lock: Mutex<()>,
+    room: Condvar,
     thread: OnceLock<Thread>,
     pub(crate) stop: AtomicBool,
     pub(crate) wakeups: AtomicU64,
@@ -65,6 +69,9 @@ impl Shard {
             limit,
             wake_at: CachePadded::new(AtomicU64::new(AWAKE)),
             wake_requested: AtomicBool::new(false),
+            waiters: CachePadded::new(AtomicUsize::new(0)),
+            room_lock: Mutex::new(()),
+            room: Condvar::new(),
             thread: OnceLock::new(),
             stop: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
@@ -78,29 +85,54 @@ impl Shard {
     }
 
     /// Puts a new timer in the ring, waiting up to `timeout` for room when it is full.
+    ///
+    /// Waiting producers sleep on a condition variable that the tick thread signals as it makes
+    /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
+    /// instead of taking the freed cells first, so no producer starves under a burst.
     pub(crate) fn push(&self, armed: Armed, timeout: Duration) -> Result<(), ScheduleError> {
-        let mut armed = match self.ring.try_push(armed) {
-            Ok(()) => return Ok(()),
-            Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
-            Err(PushError::Full(armed)) => armed,
-        };
-        let started = Instant::now();
-        let backoff = Backoff::new();
-        loop {
-            self.wake();
-            if backoff.is_completed() {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                backoff.snooze();
+        let armed = if self.waiters.load(Ordering::SeqCst) == 0 {
+            match self.ring.try_push(armed) {
+                Ok(()) => return Ok(()),
+                Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
+                Err(PushError::Full(armed)) => armed,
             }
+        } else {
+            armed
+        };
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let result = self.push_waiting(armed, Instant::now() + timeout);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn push_waiting(&self, mut armed: Armed, give_up: Instant) -> Result<(), ScheduleError> {
+        let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
             armed = match self.ring.try_push(armed) {
                 Ok(()) => return Ok(()),
                 Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
                 Err(PushError::Full(armed)) => armed,
             };
-            if started.elapsed() >= timeout {
+            let now = Instant::now();
+            if now >= give_up {
                 return Err(ScheduleError::Saturated);
             }
+            self.wake();
+            // The tick thread signals as it makes room; the short cap only bounds a missed signal.
+            let nap = (give_up - now).min(Duration::from_millis(1));
+            guard = self
+                .room
+                .wait_timeout(guard, nap)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Tick thread, after taking from the ring: lets waiting producers in.
+    pub(crate) fn signal_room(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.room.notify_all();
         }
     }
 
@@ -145,19 +177,14 @@ impl Shard {
         self.ring.is_empty() && self.notices.is_empty() && !self.stop.load(Ordering::SeqCst)
     }
 
-    /// A slot whose timer ended goes back for reuse, and its place under `max_pending` frees up.
-    pub(crate) fn recycle(&self, slot: u32) {
-        self.limit.release();
-        self.table.recycle(slot);
-    }
-
-    /// Retires a slot whose timer was cancelled, counting it.
+    /// Retires a slot whose timer was cancelled, counting it. (Its place under `max_pending`
+    /// came free when `cancel` returned `true`.)
     pub(crate) fn end_cancelled(&self, slot: u32) {
         if let Some(cell) = self.table.cell(slot) {
             cell.retire();
         }
         self.cancelled.fetch_add(1, Ordering::Relaxed);
-        self.recycle(slot);
+        self.table.recycle(slot);
     }
 
     /// A worker finished a run of a repeating timer: re-arm it for its next deadline, or end it
@@ -198,10 +225,12 @@ impl Shard {
             return false;
         };
         let live = cell.hand_back(gen);
-        if !live {
+        if live {
+            self.limit.release();
+        } else {
             self.cancelled.fetch_add(1, Ordering::Relaxed);
         }
-        self.recycle(slot);
+        self.table.recycle(slot);
         live
     }
 }

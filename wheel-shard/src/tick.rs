@@ -17,6 +17,12 @@ use crate::timer::{TimerId, Unfired};
 /// `keys` entry of a slot with nothing in the wheel.
 const NO_KEY: u64 = u64::MAX;
 
+/// Due timers handed out per pass of the loop (each pass also drains the ring).
+const EXPIRE_BATCH: usize = 8192;
+
+/// How often a transfer lets producers waiting for room in.
+const ROOM_SIGNAL_EVERY: usize = 1024;
+
 pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
@@ -77,14 +83,19 @@ impl<'a> TickLoop<'a> {
             .expect("a slot in flight has a cell")
     }
 
-    /// Moves up to one batch of new timers from the ring into the wheel.
+    /// Moves up to one batch of new timers from the ring into the wheel, letting waiting
+    /// producers in as room appears rather than only at the end.
     fn transfer(&mut self) {
-        for _ in 0..self.batch {
-            match self.shard.ring.pop() {
-                Some(armed) => self.admit(armed),
-                None => break,
+        for moved in 1..=self.batch {
+            let Some(armed) = self.shard.ring.pop() else {
+                break;
+            };
+            self.admit(armed);
+            if moved % ROOM_SIGNAL_EVERY == 0 {
+                self.shard.signal_room();
             }
         }
+        self.shard.signal_room();
     }
 
     fn apply_notices(&mut self) {
@@ -136,10 +147,12 @@ impl<'a> TickLoop<'a> {
         }
     }
 
-    /// Hands every due timer (at most one batch) to the executor.
+    /// Hands due timers to the executor, at most [`EXPIRE_BATCH`] per pass so that a flood of
+    /// expiries never keeps the ring from being drained for long; the loop comes straight back
+    /// while more are due.
     fn expire(&mut self, now: u64) {
         let mut handed = 0;
-        for _ in 0..self.batch {
+        for _ in 0..EXPIRE_BATCH {
             let Some(entry) = self.wheel.poll(now) else {
                 break;
             };
@@ -147,7 +160,8 @@ impl<'a> TickLoop<'a> {
             self.keys[armed.slot as usize] = NO_KEY;
             let run = match self.cell(armed.slot).expire(armed.gen, now) {
                 Expiry::Fire(deadline) => {
-                    self.shard.recycle(armed.slot);
+                    self.shard.limit.release();
+                    self.shard.table.recycle(armed.slot);
                     Run {
                         job: armed.job,
                         deadline,

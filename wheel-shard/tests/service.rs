@@ -1,0 +1,638 @@
+//! The service's behaviour through its public API: firing, cancel, reschedule, repeating
+//! timers, panics, slow callbacks, limits, shutdown and stats. Bounds are generous: these test
+//! behaviour, not speed (that is what `cargo xtask bench` is for).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{eventually, service, service_with, SOON};
+use wheel_shard::{Config, ScheduleError, TimerId, TimerService};
+
+fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let make = {
+        let count = Arc::clone(&count);
+        move || {
+            let count = Arc::clone(&count);
+            Box::new(move || {
+                count.fetch_add(1, Ordering::SeqCst);
+            }) as Box<dyn FnOnce() + Send>
+        }
+    };
+    (count, make)
+}
+
+#[test]
+fn public_types_have_the_promised_traits() {
+    fn clone_send_sync<T: Clone + Send + Sync>() {}
+    fn id_traits<T: Copy + Eq + std::hash::Hash + std::fmt::Debug + Send + Sync>() {}
+    fn error<T: std::error::Error + Send + Sync + 'static>() {}
+    clone_send_sync::<TimerService>();
+    id_traits::<TimerId>();
+    error::<ScheduleError>();
+    error::<wheel_shard::ConfigError>();
+    let size = std::mem::size_of::<TimerId>();
+    assert!((8..=16).contains(&size), "TimerId is {size} bytes");
+    let _config = Config {
+        shards: 2,
+        ..Config::default()
+    };
+}
+
+#[test]
+fn fires_never_early() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    for delay_ms in [0u64, 1, 2, 5, 13, 50, 120] {
+        let tx = tx.clone();
+        let requested = Instant::now() + Duration::from_millis(delay_ms);
+        timers
+            .schedule(Duration::from_millis(delay_ms), move || {
+                tx.send((delay_ms, Instant::now() >= requested)).unwrap()
+            })
+            .unwrap();
+    }
+    for _ in 0..7 {
+        let (delay, on_time) = rx.recv_timeout(SOON).expect("every timer fires");
+        assert!(on_time, "timer of {delay} ms fired early");
+    }
+    let stats = timers.stats();
+    assert_eq!((stats.scheduled, stats.fired), (7, 7));
+    assert_eq!(stats.lateness.count, 7);
+}
+
+#[test]
+fn schedule_at_in_the_past_fires_at_once() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    let past = Instant::now()
+        .checked_sub(Duration::from_secs(5))
+        .unwrap_or_else(Instant::now);
+    timers
+        .schedule_at(past, move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(SOON)
+        .expect("a past deadline fires on the next tick");
+}
+
+#[test]
+fn duration_max_is_legal_and_comes_back_at_shutdown() {
+    let timers = service();
+    let id = timers
+        .schedule(Duration::MAX, || panic!("must never run"))
+        .unwrap();
+    assert!(eventually(SOON, || timers.pending() == 1));
+    let unfired = timers.shutdown();
+    assert_eq!(unfired.len(), 1);
+    assert_eq!(unfired[0].id, id);
+    assert!(unfired[0].deadline > Instant::now() + Duration::from_secs(3600 * 24 * 365));
+}
+
+#[test]
+fn cancel_is_definitive() {
+    let timers = service();
+    let (count, task) = counter();
+    let id = timers.schedule(Duration::from_millis(30), task()).unwrap();
+    assert!(timers.cancel(id));
+    assert!(
+        !timers.cancel(id),
+        "second cancel reports it was already cancelled"
+    );
+    assert!(!timers.reschedule(id, Duration::from_millis(1)));
+    let fired = timers.schedule(Duration::from_millis(1), task()).unwrap();
+    assert!(eventually(SOON, || count.load(Ordering::SeqCst) == 1));
+    assert!(!timers.cancel(fired), "cancel after firing is false");
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        1,
+        "the cancelled task never ran"
+    );
+    assert!(eventually(SOON, || timers.stats().cancelled == 1));
+    assert!(
+        eventually(SOON, || timers.pending() == 0),
+        "cancelled entry freed"
+    );
+}
+
+#[test]
+fn cancel_of_an_unknown_id_is_false() {
+    let a = service();
+    let b = service_with(Config {
+        ..Config::default()
+    });
+    let id = b.schedule(Duration::from_secs(60), || {}).unwrap();
+    // An id from another service names a slot `a` never handed out.
+    assert!(!a.cancel(id) || a.pending() == 0);
+    assert!(b.cancel(id));
+}
+
+#[test]
+fn cancelled_memory_is_reclaimed_within_about_a_tick() {
+    let timers = service();
+    let ids: Vec<_> = (0..10_000)
+        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
+        .collect();
+    assert!(eventually(SOON, || timers.pending() == 10_000));
+    for id in ids {
+        assert!(timers.cancel(id));
+    }
+    // The shards sleep until an hour from now; the cancels must wake them to free the entries.
+    assert!(eventually(Duration::from_secs(2), || timers.pending() == 0));
+    assert_eq!(timers.stats().cancelled, 10_000);
+}
+
+#[test]
+fn reschedule_postpones_and_advances() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    let later = {
+        let tx = tx.clone();
+        timers.schedule(Duration::from_millis(20), move || {
+            tx.send(("later", Instant::now())).unwrap()
+        })
+    }
+    .unwrap();
+    let sooner = {
+        let tx = tx.clone();
+        timers.schedule(Duration::from_secs(3600), move || {
+            tx.send(("sooner", Instant::now())).unwrap()
+        })
+    }
+    .unwrap();
+    assert!(timers.reschedule(later, Duration::from_millis(300)));
+    assert!(timers.reschedule(sooner, Duration::from_millis(10)));
+    let (first, at) = rx.recv_timeout(SOON).unwrap();
+    assert_eq!(first, "sooner");
+    assert!(at >= start + Duration::from_millis(10));
+    let (second, at) = rx.recv_timeout(SOON).unwrap();
+    assert_eq!(second, "later");
+    assert!(
+        at >= start + Duration::from_millis(300),
+        "postponed timer fired at its old deadline"
+    );
+    assert!(
+        !timers.reschedule(later, Duration::from_millis(5)),
+        "already fired"
+    );
+}
+
+#[test]
+fn repeating_runs_at_a_fixed_rate_until_cancelled() {
+    let timers = service();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let id = {
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_repeating(Duration::from_millis(20), move || {
+                runs.lock().unwrap().push(Instant::now())
+            })
+            .unwrap()
+    };
+    assert!(eventually(SOON, || runs.lock().unwrap().len() >= 5));
+    assert!(timers.cancel(id));
+    let after_cancel = runs.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(100));
+    let runs = runs.lock().unwrap();
+    assert!(
+        runs.len() <= after_cancel + 1,
+        "at most a run already in progress finishes"
+    );
+    for (n, at) in runs.iter().enumerate() {
+        let due = start + Duration::from_millis(20 * (n as u64 + 1));
+        assert!(
+            *at >= due,
+            "run {n} early: fixed rate means run n is due at start + n·period"
+        );
+    }
+    assert!(!timers.cancel(id));
+}
+
+#[test]
+fn repeating_timer_can_cancel_itself_from_its_callback() {
+    let timers = service();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let id_cell: Arc<Mutex<Option<TimerId>>> = Arc::default();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let id = {
+        let (timers2, runs, id_cell, cancelled) = (
+            timers.clone(),
+            Arc::clone(&runs),
+            Arc::clone(&id_cell),
+            Arc::clone(&cancelled),
+        );
+        timers
+            .schedule_repeating(Duration::from_millis(5), move || {
+                if runs.fetch_add(1, Ordering::SeqCst) == 2 {
+                    let id = id_cell.lock().unwrap().expect("id stored");
+                    cancelled.store(timers2.cancel(id), Ordering::SeqCst);
+                }
+            })
+            .unwrap()
+    };
+    *id_cell.lock().unwrap() = Some(id);
+    assert!(eventually(SOON, || cancelled.load(Ordering::SeqCst)));
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "no run after cancel from the callback"
+    );
+    timers.shutdown();
+}
+
+#[test]
+fn cancel_during_a_slow_repeating_run_stops_it() {
+    let timers = service();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (started_tx, started_rx) = mpsc::channel();
+    let id = {
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_repeating(Duration::from_millis(5), move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let _ = started_tx.send(());
+                std::thread::sleep(Duration::from_millis(100));
+            })
+            .unwrap()
+    };
+    started_rx.recv_timeout(SOON).unwrap();
+    assert!(
+        timers.cancel(id),
+        "a repeating timer mid-run can still be stopped"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(eventually(SOON, || timers.stats().cancelled == 1));
+}
+
+#[test]
+fn reschedule_moves_the_next_run_of_a_repeating_timer() {
+    let timers = service();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let id = {
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_repeating(Duration::from_millis(50), move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap()
+    };
+    assert!(timers.reschedule(id, Duration::from_secs(3600)));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "next run postponed");
+    assert!(timers.reschedule(id, Duration::ZERO));
+    assert!(
+        eventually(SOON, || runs.load(Ordering::SeqCst) >= 2),
+        "advanced, then repeats"
+    );
+    assert!(timers.cancel(id));
+}
+
+#[test]
+fn a_panicking_callback_is_counted_and_the_service_goes_on() {
+    let timers = service();
+    timers
+        .schedule(Duration::from_millis(1), || panic!("boom"))
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    timers
+        .schedule(Duration::from_millis(5), move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(SOON).unwrap();
+    assert!(eventually(SOON, || timers.stats().panicked == 1));
+    let runs = Arc::new(AtomicUsize::new(0));
+    {
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_repeating(Duration::from_millis(2), move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                panic!("repeating boom");
+            })
+            .unwrap();
+    }
+    assert!(eventually(SOON, || timers.stats().panicked == 2));
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a panic ends a repeating timer"
+    );
+}
+
+#[test]
+fn a_slow_callback_delays_only_its_worker() {
+    let timers = service(); // two workers
+    let (tx, rx) = mpsc::channel();
+    timers
+        .schedule(Duration::ZERO, || {
+            std::thread::sleep(Duration::from_millis(1500))
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let start = Instant::now();
+    for i in 0..50u64 {
+        let tx = tx.clone();
+        let due = start + Duration::from_millis(5 + i);
+        timers
+            .schedule(Duration::from_millis(5 + i), move || {
+                tx.send(Instant::now() - due).unwrap()
+            })
+            .unwrap();
+    }
+    for _ in 0..50 {
+        let late = rx.recv_timeout(SOON).unwrap();
+        assert!(
+            late < Duration::from_millis(700),
+            "held up behind the slow callback: {late:?}"
+        );
+    }
+}
+
+#[test]
+fn shutdown_hands_back_waits_for_running_tasks_and_is_idempotent() {
+    let timers = service();
+    let finished = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = mpsc::channel();
+    {
+        let finished = Arc::clone(&finished);
+        timers
+            .schedule(Duration::ZERO, move || {
+                started_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                finished.store(true, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let later = {
+        let ran = Arc::clone(&ran);
+        timers
+            .schedule(Duration::from_secs(60), move || {
+                ran.store(true, Ordering::SeqCst)
+            })
+            .unwrap()
+    };
+    let cancelled = timers.schedule(Duration::from_secs(60), || {}).unwrap();
+    assert!(timers.cancel(cancelled));
+    started_rx.recv_timeout(SOON).unwrap();
+    let unfired = timers.shutdown();
+    assert!(
+        finished.load(Ordering::SeqCst),
+        "shutdown waited for the running task"
+    );
+    assert_eq!(unfired.iter().map(|u| u.id).collect::<Vec<_>>(), [later]);
+    assert!(timers.shutdown().is_empty(), "idempotent");
+    assert_eq!(
+        timers.schedule(Duration::ZERO, || {}).unwrap_err(),
+        ScheduleError::Shutdown
+    );
+    assert!(
+        !timers.cancel(later),
+        "handed back: no longer the service's"
+    );
+    unfired.into_iter().for_each(|u| u.run());
+    assert!(ran.load(Ordering::SeqCst), "Unfired::run runs the task");
+    let stats = timers.stats();
+    assert_eq!(stats.scheduled, 3);
+    assert_eq!(stats.fired + stats.cancelled + 1, stats.scheduled);
+    assert_eq!(stats.rejected, 1);
+}
+
+#[test]
+fn shutdown_hands_back_repeating_timers() {
+    let timers = service();
+    let id = timers
+        .schedule_repeating(Duration::from_millis(3), || {})
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let unfired = timers.shutdown();
+    assert_eq!(unfired.len(), 1);
+    assert_eq!(unfired[0].id, id);
+}
+
+#[test]
+fn max_pending_is_exact_and_frees_places() {
+    let timers = service_with(Config {
+        max_pending: Some(10),
+        ..Config::default()
+    });
+    let ids: Vec<_> = (0..10)
+        .map(|_| timers.schedule(Duration::from_secs(60), || {}).unwrap())
+        .collect();
+    assert_eq!(
+        timers.schedule(Duration::from_secs(60), || {}).unwrap_err(),
+        ScheduleError::TooManyPending { limit: 10 }
+    );
+    assert!(timers.cancel(ids[0]));
+    let (tx, rx) = mpsc::channel();
+    timers
+        .schedule(Duration::ZERO, move || tx.send(()).unwrap())
+        .expect("a successful cancel frees its place at once");
+    rx.recv_timeout(SOON).unwrap();
+    // The fired timer's place is free again once the tick thread handed it out.
+    timers
+        .schedule(Duration::from_secs(60), || {})
+        .expect("a fired timer frees its place");
+    assert!(timers.schedule(Duration::from_secs(60), || {}).is_err());
+    assert_eq!(timers.stats().rejected, 2);
+}
+
+#[test]
+fn a_full_ring_waits_then_reports_saturated() {
+    // A cancelled task is dropped by its shard's tick thread: a slow Drop stalls that thread,
+    // which is how this test holds the ring full.
+    struct SlowDrop;
+    impl Drop for SlowDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(Duration::from_millis(800));
+        }
+    }
+    let timers = TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        ring_capacity: 2,
+        transfer_batch: 1,
+        saturation_timeout: Duration::from_millis(50),
+        pin_threads: false,
+        ..Config::default()
+    })
+    .unwrap();
+    let slow = SlowDrop;
+    let id = timers
+        .schedule(Duration::from_secs(60), move || drop(slow))
+        .unwrap();
+    assert!(eventually(SOON, || timers.pending() == 1
+        && timers.stats().ring_depths == [0]));
+    assert!(timers.cancel(id)); // the tick thread now sleeps 800 ms inside the drop
+    std::thread::sleep(Duration::from_millis(50));
+    timers.schedule(Duration::from_secs(60), || {}).unwrap();
+    timers.schedule(Duration::from_secs(60), || {}).unwrap();
+    let start = Instant::now();
+    assert_eq!(
+        timers.schedule(Duration::from_secs(60), || {}).unwrap_err(),
+        ScheduleError::Saturated
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(50),
+        "gave up before the saturation timeout"
+    );
+    assert!(
+        waited < Duration::from_millis(700),
+        "waited past the saturation timeout: {waited:?}"
+    );
+    assert_eq!(timers.stats().rejected, 1);
+    // Once the tick thread is back, the ring drains and scheduling works again.
+    assert!(eventually(SOON, || timers
+        .schedule(Duration::from_secs(60), || {})
+        .is_ok()));
+    assert_eq!(timers.shutdown().len(), 3);
+}
+
+#[test]
+fn an_idle_service_does_not_wake() {
+    let timers = service();
+    std::thread::sleep(Duration::from_millis(1500));
+    let wakeups = timers.stats().wakeups;
+    assert!(
+        wakeups <= 4,
+        "{wakeups} wake-ups in 1.5 s with nothing pending"
+    );
+    // A far timer costs no periodic wake-ups either.
+    timers.schedule(Duration::from_secs(3600), || {}).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let wakeups = timers.stats().wakeups;
+    assert!(
+        wakeups <= 8,
+        "{wakeups} wake-ups with one timer an hour away"
+    );
+}
+
+#[test]
+fn threads_are_named_and_joined_when_the_last_handle_drops() {
+    fn wheel_threads() -> Vec<String> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_string())
+            .filter(|name| name.starts_with("wheel-"))
+            .collect()
+    }
+    if !std::path::Path::new("/proc/self/task").exists() {
+        eprintln!("skipped: no /proc/self/task on this platform");
+        return;
+    }
+    let timers = TimerService::new(Config {
+        shards: 3,
+        executor_threads: 2,
+        pin_threads: true, // more shards than cores here: pinning wraps around
+        ..Config::default()
+    })
+    .unwrap();
+    // A thread names itself as it starts: give them a moment.
+    let expected = [
+        "wheel-tick-0",
+        "wheel-tick-1",
+        "wheel-tick-2",
+        "wheel-exec-0",
+        "wheel-exec-1",
+    ];
+    assert!(
+        eventually(SOON, || {
+            let names = wheel_threads();
+            expected.iter().all(|e| names.iter().any(|n| n == e))
+        }),
+        "threads missing from {:?}",
+        wheel_threads()
+    );
+    let clone = timers.clone();
+    drop(timers);
+    assert!(
+        !wheel_threads().is_empty(),
+        "a clone keeps the service running"
+    );
+    clone.schedule(Duration::from_secs(60), || {}).unwrap();
+    drop(clone);
+    // Other tests in this binary run services of their own: count only this one's shard 2.
+    assert!(eventually(SOON, || !wheel_threads()
+        .iter()
+        .any(|n| n == "wheel-tick-2")));
+}
+
+#[test]
+fn a_callback_may_drop_the_last_handle() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    let inner = timers.clone();
+    timers
+        .schedule(Duration::from_millis(5), move || {
+            drop(inner); // shuts the service down from its own worker thread
+            tx.send(()).unwrap();
+        })
+        .unwrap();
+    drop(timers);
+    rx.recv_timeout(SOON)
+        .expect("the callback ran and its shutdown did not deadlock");
+}
+
+#[test]
+fn stats_report_lateness_percentiles() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    for i in 0..200u64 {
+        let tx = tx.clone();
+        timers
+            .schedule(Duration::from_millis(i % 40), move || tx.send(()).unwrap())
+            .unwrap();
+    }
+    for _ in 0..200 {
+        rx.recv_timeout(SOON).unwrap();
+    }
+    assert!(eventually(SOON, || timers.stats().lateness.count == 200));
+    let stats = timers.stats();
+    let l = &stats.lateness;
+    assert!(
+        l.p50 <= l.p90
+            && l.p90 <= l.p99
+            && l.p99 <= l.p999
+            && l.p999 <= l.p9999
+            && l.p9999 <= l.max
+    );
+    assert!(
+        l.p50 < Duration::from_secs(1),
+        "median lateness {:?}",
+        l.p50
+    );
+    assert_eq!(l.histogram.len(), 200);
+    assert_eq!(stats.ring_depths.len(), 2);
+    assert_eq!(stats.executor_queue, 0);
+}
+
+#[test]
+fn one_shard_and_many_shards_both_work() {
+    for shards in [1, 7] {
+        let timers = service_with(Config {
+            shards,
+            ..Config::default()
+        });
+        let (count, task) = counter();
+        for i in 0..500u64 {
+            timers
+                .schedule(Duration::from_millis(i % 10), task())
+                .unwrap();
+        }
+        assert!(
+            eventually(SOON, || count.load(Ordering::SeqCst) == 500),
+            "{shards} shards"
+        );
+    }
+}

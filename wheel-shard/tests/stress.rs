@@ -1,0 +1,164 @@
+//! Many producers, random cancels and reschedules from other threads, a million timers: every
+//! timer ends exactly once (fired, cancelled, or handed back), none runs twice, none runs early.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use wheel_shard::{Config, TimerId, TimerService};
+
+const PRODUCERS: usize = 4;
+const PER_PRODUCER: usize = 250_000;
+const TIMERS: usize = PRODUCERS * PER_PRODUCER;
+const MAX_DELAY_MS: u64 = 300;
+
+/// What the test knows of each timer, indexed by the timer's number.
+struct Ledger {
+    base: Instant,
+    /// Runs of each timer's task.
+    runs: Vec<AtomicU8>,
+    /// The earliest deadline ever requested for the timer (ns since `base`): it may never run
+    /// before that, whichever reschedule won.
+    not_before: Vec<AtomicU64>,
+    early: AtomicUsize,
+    ids: Vec<Mutex<Option<TimerId>>>,
+    cancelled: AtomicUsize,
+}
+
+impl Ledger {
+    fn nanos(&self, at: Instant) -> u64 {
+        at.duration_since(self.base).as_nanos() as u64
+    }
+}
+
+#[test]
+fn a_million_timers_from_four_producers_each_end_exactly_once() {
+    let timers = TimerService::new(Config {
+        shards: 2,
+        executor_threads: 2,
+        pin_threads: false,
+        // The default 100 ms absorbs this burst in an optimised build (the README's test
+        // command); an unoptimised tick thread is several times slower, so give it room.
+        saturation_timeout: if cfg!(debug_assertions) {
+            Duration::from_secs(5)
+        } else {
+            Config::default().saturation_timeout
+        },
+        ..Config::default()
+    })
+    .unwrap();
+    let ledger = Arc::new(Ledger {
+        base: Instant::now(),
+        runs: (0..TIMERS).map(|_| AtomicU8::new(0)).collect(),
+        not_before: (0..TIMERS).map(|_| AtomicU64::new(u64::MAX)).collect(),
+        early: AtomicUsize::new(0),
+        ids: (0..TIMERS).map(|_| Mutex::new(None)).collect(),
+        cancelled: AtomicUsize::new(0),
+    });
+    let producing = Arc::new(AtomicBool::new(true));
+
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (timers, ledger) = (timers.clone(), Arc::clone(&ledger));
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(p as u64);
+                for n in p * PER_PRODUCER..(p + 1) * PER_PRODUCER {
+                    let delay = Duration::from_micros(rng.random_range(0..MAX_DELAY_MS * 1000));
+                    let deadline = ledger.nanos(Instant::now() + delay);
+                    ledger.not_before[n].fetch_min(deadline, Ordering::SeqCst);
+                    let task_ledger = Arc::clone(&ledger);
+                    let id = timers
+                        .schedule(delay, move || {
+                            let now = task_ledger.nanos(Instant::now());
+                            if now < task_ledger.not_before[n].load(Ordering::SeqCst) {
+                                task_ledger.early.fetch_add(1, Ordering::SeqCst);
+                            }
+                            task_ledger.runs[n].fetch_add(1, Ordering::SeqCst);
+                        })
+                        .expect("default config absorbs the burst");
+                    *ledger.ids[n].lock().unwrap() = Some(id);
+                }
+            })
+        })
+        .collect();
+
+    let meddlers: Vec<_> = (0..2u64)
+        .map(|m| {
+            let (timers, ledger, producing) =
+                (timers.clone(), Arc::clone(&ledger), Arc::clone(&producing));
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(100 + m);
+                while producing.load(Ordering::SeqCst) {
+                    let n = rng.random_range(0..TIMERS);
+                    let Some(id) = *ledger.ids[n].lock().unwrap() else {
+                        continue;
+                    };
+                    if rng.random_bool(0.5) {
+                        if timers.cancel(id) {
+                            ledger.cancelled.fetch_add(1, Ordering::SeqCst);
+                        }
+                    } else {
+                        let delay = Duration::from_micros(rng.random_range(0..MAX_DELAY_MS * 1000));
+                        let deadline = ledger.nanos(Instant::now() + delay);
+                        ledger.not_before[n].fetch_min(deadline, Ordering::SeqCst);
+                        timers.reschedule(id, delay);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    for producer in producers {
+        producer.join().unwrap();
+    }
+    producing.store(false, Ordering::SeqCst);
+    for meddler in meddlers {
+        meddler.join().unwrap();
+    }
+    // Every deadline is at most MAX_DELAY_MS after the last schedule or reschedule.
+    let all_due = Instant::now() + Duration::from_millis(MAX_DELAY_MS);
+    assert!(
+        common::eventually(Duration::from_secs(60), || {
+            Instant::now() > all_due
+                && timers.stats().fired + ledger.cancelled.load(Ordering::SeqCst) as u64
+                    == TIMERS as u64
+        }),
+        "not every timer ended: {:?}",
+        timers.stats()
+    );
+    let unfired = timers.shutdown();
+    let stats = timers.stats();
+
+    let ran_once = ledger
+        .runs
+        .iter()
+        .filter(|r| r.load(Ordering::SeqCst) == 1)
+        .count();
+    let ran_twice = ledger
+        .runs
+        .iter()
+        .filter(|r| r.load(Ordering::SeqCst) > 1)
+        .count();
+    let cancelled = ledger.cancelled.load(Ordering::SeqCst);
+    assert_eq!(ran_twice, 0, "a task ran twice");
+    assert_eq!(
+        ledger.early.load(Ordering::SeqCst),
+        0,
+        "a task ran before its deadline"
+    );
+    assert_eq!(
+        ran_once + cancelled + unfired.len(),
+        TIMERS,
+        "every timer ended exactly once"
+    );
+    assert_eq!(stats.scheduled, TIMERS as u64);
+    assert_eq!(stats.fired, ran_once as u64);
+    assert_eq!(stats.cancelled, cancelled as u64);
+    assert_eq!(stats.rejected, 0);
+    assert_eq!(stats.pending, 0);
+    assert!(cancelled > 0, "the meddlers cancelled something");
+}
