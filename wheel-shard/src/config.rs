@@ -89,7 +89,7 @@ impl Config {
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Toml {
             message: e.message().to_string(),
-            field: toml_error_field(&e),
+            field: toml_error_field(text, &e),
         })?;
         config.validate()?;
         Ok(config)
@@ -227,13 +227,19 @@ impl Config {
     }
 }
 
-/// The first key of a TOML error's span, when it points at one (`tick = "0ms"` → `tick`).
-fn toml_error_field(error: &toml::de::Error) -> Option<String> {
+/// The config field a TOML error is about: serde names unknown and mistyped fields in
+/// backticks ("unknown field `tcik`"); otherwise the key on the line the error points at.
+fn toml_error_field(text: &str, error: &toml::de::Error) -> Option<String> {
     let message = error.message();
-    // serde names unknown and mistyped fields in backticks: "unknown field `tcik`".
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_string())
+    if message.contains("field `") {
+        let name = &message[message.find('`')? + 1..];
+        return Some(name[..name.find('`')?].to_string());
+    }
+    let at = error.span()?.start;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next()?;
+    let key = line.split('=').next()?.trim();
+    (!key.is_empty() && line.contains('=')).then(|| key.to_string())
 }
 
 struct EnvVar {

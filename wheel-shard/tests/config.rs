@@ -1,0 +1,203 @@
+//! `Config`: TOML, files, environment variables, and an error naming the field for every bad value.
+
+use std::time::Duration;
+
+use wheel_shard::{Config, ConfigError, TimerService};
+
+fn field_of(result: Result<Config, ConfigError>) -> String {
+    let error = result.expect_err("invalid config accepted");
+    let field = error.field().map(str::to_string).unwrap_or_default();
+    assert!(
+        error.to_string().contains(&field),
+        "message {error} does not name the field {field}"
+    );
+    field
+}
+
+#[test]
+fn defaults_are_valid_and_documented_values() {
+    let config = Config::default();
+    config.validate().unwrap();
+    assert!(config.shards >= 1 && config.executor_threads >= 1);
+    assert_eq!(config.tick, Duration::from_millis(1));
+    assert_eq!(config.transfer_batch, 100_000);
+    assert_eq!(config.max_pending, None);
+    assert_eq!(config.saturation_timeout, Duration::from_millis(100));
+}
+
+#[test]
+fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
+    let config = Config::from_toml_str(
+        r#"
+        shards = 3
+        tick = "500us"
+        wheel_slots = 100
+        executor_threads = 5
+        max_pending = 1000
+        transfer_batch = 10
+        ring_capacity = 1000
+        pin_threads = false
+        saturation_timeout = "2s"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        config,
+        Config {
+            shards: 3,
+            tick: Duration::from_micros(500),
+            wheel_slots: 100,
+            executor_threads: 5,
+            max_pending: Some(1000),
+            transfer_batch: 10,
+            ring_capacity: 1000,
+            pin_threads: false,
+            saturation_timeout: Duration::from_secs(2),
+        }
+    );
+    let partial = Config::from_toml_str("tick = \"2ms\"").unwrap();
+    assert_eq!(
+        partial,
+        Config {
+            tick: Duration::from_millis(2),
+            ..Config::default()
+        }
+    );
+}
+
+#[test]
+fn every_invalid_value_names_its_field() {
+    let cases = [
+        ("shards = 0", "shards"),
+        ("shards = 100000", "shards"),
+        ("tick = \"0ms\"", "tick"),
+        ("tick = \"1ns\"", "tick"),
+        ("tick = \"3days\"", "tick"),
+        ("tick = \"soon\"", "tick"),
+        ("wheel_slots = 0", "wheel_slots"),
+        ("wheel_slots = 5000", "wheel_slots"),
+        ("executor_threads = 0", "executor_threads"),
+        ("max_pending = 0", "max_pending"),
+        ("transfer_batch = 0", "transfer_batch"),
+        ("ring_capacity = 1", "ring_capacity"),
+        ("saturation_timeout = \"2h\"", "saturation_timeout"),
+        ("shards = \"two\"", "shards"),
+        ("pin_threads = 3", "pin_threads"),
+        ("tcik = \"1ms\"", "tcik"),
+    ];
+    for (text, field) in cases {
+        assert_eq!(field_of(Config::from_toml_str(text)), field, "for {text:?}");
+    }
+}
+
+#[test]
+fn unparsable_toml_is_an_error_not_a_panic() {
+    let error = Config::from_toml_str("shards = = 2").unwrap_err();
+    assert!(matches!(error, ConfigError::Toml { .. }), "{error}");
+}
+
+#[test]
+fn the_service_refuses_an_invalid_config() {
+    let error = TimerService::new(Config {
+        executor_threads: 0,
+        ..Config::default()
+    })
+    .unwrap_err();
+    assert_eq!(error.field(), Some("executor_threads"));
+}
+
+#[test]
+fn environment_variables_override_fields() {
+    let vars = [
+        ("WHEEL_SHARDS", "3"),
+        ("WHEEL_TICK", "250us"),
+        ("WHEEL_WHEEL_SLOTS", "128"),
+        ("WHEEL_EXECUTOR_THREADS", "4"),
+        ("WHEEL_MAX_PENDING", "1_000"),
+        ("WHEEL_TRANSFER_BATCH", "500"),
+        ("WHEEL_RING_CAPACITY", "4096"),
+        ("WHEEL_PIN_THREADS", "false"),
+        ("WHEEL_SATURATION_TIMEOUT", "1s"),
+    ];
+    let lookup = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+    let config = Config::default().with_vars(lookup).unwrap();
+    assert_eq!(
+        config,
+        Config {
+            shards: 3,
+            tick: Duration::from_micros(250),
+            wheel_slots: 128,
+            executor_threads: 4,
+            max_pending: Some(1000),
+            transfer_batch: 500,
+            ring_capacity: 4096,
+            pin_threads: false,
+            saturation_timeout: Duration::from_secs(1),
+        }
+    );
+    let none = Config::default()
+        .with_vars(|n| (n == "WHEEL_MAX_PENDING").then(|| "none".to_string()))
+        .unwrap();
+    assert_eq!(none.max_pending, None);
+}
+
+#[test]
+fn a_bad_environment_variable_names_the_variable_and_the_field() {
+    for (var, value, field) in [
+        ("WHEEL_SHARDS", "many", "shards"),
+        ("WHEEL_TICK", "fast", "tick"),
+        ("WHEEL_PIN_THREADS", "maybe", "pin_threads"),
+        ("WHEEL_SHARDS", "0", "shards"),
+    ] {
+        let error = Config::default()
+            .with_vars(|n| (n == var).then(|| value.to_string()))
+            .unwrap_err();
+        assert_eq!(error.field(), Some(field), "{error}");
+        if !matches!(error, ConfigError::Invalid { .. }) {
+            assert!(error.to_string().contains(var), "{error} does not name {var}");
+        }
+    }
+}
+
+#[test]
+fn with_env_reads_the_process_environment() {
+    // The only test in this binary that touches the process environment.
+    std::env::set_var("WHEEL_TRANSFER_BATCH", "777");
+    let config = Config::default().with_env();
+    std::env::remove_var("WHEEL_TRANSFER_BATCH");
+    assert_eq!(config.unwrap().transfer_batch, 777);
+}
+
+#[test]
+fn files_are_read_and_errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "shards = 4\n").unwrap();
+    assert_eq!(Config::from_file(&good).unwrap().shards, 4);
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "tick = \"0s\"\n").unwrap();
+    let error = Config::from_file(&bad).unwrap_err();
+    assert_eq!(error.field(), Some("tick"));
+    assert!(error.to_string().contains("bad.toml"), "{error}");
+
+    let missing = Config::from_file(dir.path().join("missing.toml")).unwrap_err();
+    assert!(matches!(missing, ConfigError::Io { .. }), "{missing}");
+}
+
+#[test]
+fn the_shipped_wheel_toml_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../wheel.toml");
+    let config = Config::from_file(path).unwrap();
+    assert_eq!(config.tick, Duration::from_millis(1));
+}
+
+#[test]
+fn config_round_trips_through_toml() {
+    let config = Config {
+        max_pending: Some(5),
+        ..Config::default()
+    };
+    let text = toml::to_string(&config).unwrap();
+    assert_eq!(Config::from_toml_str(&text).unwrap(), config);
+}
