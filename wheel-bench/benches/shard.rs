@@ -19,7 +19,12 @@ const FAR: Duration = Duration::from_secs(3600);
 const FARTHER: Duration = Duration::from_secs(7200);
 
 fn service() -> TimerService {
-    TimerService::new(Config::default()).expect("the default config is valid")
+    // A long saturation timeout: on a busy machine a full ring should wait, not fail a sample.
+    let config = Config {
+        saturation_timeout: Duration::from_secs(10),
+        ..Config::default()
+    };
+    TimerService::new(config).expect("the config is valid")
 }
 
 /// Runs `work(share)` on `producers` threads at once (each gets its share of `iters`) and
