@@ -24,22 +24,28 @@ impl Clock {
 
     /// The tick that has most recently begun.
     pub(crate) fn now(&self) -> u64 {
-        self.ticks_floor(self.origin.elapsed().as_nanos())
+        self.elapsed_nanos() / self.tick_nanos
     }
 
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.ticks_ceil(self.origin.elapsed().as_nanos() + delay.as_nanos())
+        self.ticks_ceil(self.elapsed_nanos().saturating_add(nanos(delay)))
     }
 
     /// The first tick at or after `at`; an instant in the past is due now.
     pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
-        self.ticks_ceil(at.saturating_duration_since(self.origin).as_nanos())
+        self.ticks_ceil(nanos(at.saturating_duration_since(self.origin)))
     }
 
     /// `period` in whole ticks, rounded up, at least one.
     pub(crate) fn period(&self, period: Duration) -> u64 {
-        self.ticks_ceil(period.as_nanos()).max(1)
+        self.ticks_ceil(nanos(period)).max(1)
+    }
+
+    /// Nanoseconds since `origin`; `u64` lasts 584 years, and plain `u64` division is what
+    /// keeps `schedule` fast (a `u128` one costs a library call).
+    fn elapsed_nanos(&self) -> u64 {
+        nanos(self.origin.elapsed())
     }
 
     /// The instant tick `tick` begins (pinned a century out when it is beyond `Instant`).
@@ -57,13 +63,17 @@ impl Clock {
         self.instant(tick).saturating_duration_since(Instant::now())
     }
 
-    fn ticks_floor(&self, nanos: u128) -> u64 {
-        u64::try_from(nanos / u128::from(self.tick_nanos)).unwrap_or(u64::MAX)
+    /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never".
+    fn ticks_ceil(&self, nanos: u64) -> u64 {
+        if nanos == u64::MAX {
+            return u64::MAX;
+        }
+        nanos.div_ceil(self.tick_nanos)
     }
+}
 
-    fn ticks_ceil(&self, nanos: u128) -> u64 {
-        u64::try_from(nanos.div_ceil(u128::from(self.tick_nanos))).unwrap_or(u64::MAX)
-    }
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -172,11 +172,10 @@ impl TimerService {
             return false;
         }
         self.core().limit.release();
-        let notice = Notice::Touch {
+        shard.notify_cleanup(Notice::Touch {
             slot: id.slot(),
             gen: id.gen(),
-        };
-        shard.notify(notice, self.core().clock.now().saturating_add(1));
+        });
         true
     }
 

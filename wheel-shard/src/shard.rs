@@ -30,6 +30,8 @@ use crate::table::TimerTable;
 const AWAKE: u64 = 0;
 /// `wake_at` while it sleeps with nothing pending: any deadline wakes it.
 pub(crate) const IDLE: u64 = u64::MAX;
+/// A tick thread that sleeps longer than this is woken to free a cancelled timer's entry.
+const CLEANUP_TICKS: u64 = 2;
 
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {
@@ -46,6 +48,8 @@ pub(crate) struct Shard {
     pub(crate) table: TimerTable,
     pub(crate) limit: Arc<PendingLimit>,
     wake_at: CachePadded<AtomicU64>,
+    /// The tick at which the tick thread last planned its sleep.
+    slept_at: AtomicU64,
     wake_requested: AtomicBool,
     /// Producers waiting for room in a full ring.
     waiters: CachePadded<AtomicUsize>,
@@ -68,6 +72,7 @@ impl Shard {
             table: TimerTable::new(),
             limit,
             wake_at: CachePadded::new(AtomicU64::new(AWAKE)),
+            slept_at: AtomicU64::new(0),
             wake_requested: AtomicBool::new(false),
             waiters: CachePadded::new(AtomicUsize::new(0)),
             room_lock: Mutex::new(()),
@@ -143,6 +148,21 @@ impl Shard {
         self.nudge(due);
     }
 
+    /// Tells the tick thread about a cancel: it should free the entry within about a tick, so
+    /// it is woken only when it went to sleep for longer than that. Reads no clock.
+    pub(crate) fn notify_cleanup(&self, notice: Notice) {
+        self.notices.push(notice);
+        fence(Ordering::SeqCst);
+        let wake_at = self.wake_at.load(Ordering::SeqCst);
+        let slept_at = self.slept_at.load(Ordering::Relaxed);
+        if wake_at != AWAKE
+            && wake_at > slept_at.saturating_add(CLEANUP_TICKS)
+            && !self.wake_requested.swap(true, Ordering::AcqRel)
+        {
+            self.unpark();
+        }
+    }
+
     /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work.
     pub(crate) fn nudge(&self, due: u64) {
         if due < self.wake_at.load(Ordering::SeqCst)
@@ -170,9 +190,10 @@ impl Shard {
         self.wake_requested.store(false, Ordering::Release);
     }
 
-    /// Tick thread: it means to sleep until `tick` ([`IDLE`]: until woken). Returns `false` when
-    /// work arrived meanwhile and it must not sleep.
-    pub(crate) fn plan_sleep(&self, tick: u64) -> bool {
+    /// Tick thread: at tick `now` it means to sleep until `tick` ([`IDLE`]: until woken).
+    /// Returns `false` when work arrived meanwhile and it must not sleep.
+    pub(crate) fn plan_sleep(&self, now: u64, tick: u64) -> bool {
+        self.slept_at.store(now, Ordering::Relaxed);
         self.wake_at.store(tick.max(1), Ordering::SeqCst);
         self.ring.is_empty() && self.notices.is_empty() && !self.stop.load(Ordering::SeqCst)
     }

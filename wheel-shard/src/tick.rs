@@ -62,7 +62,7 @@ impl<'a> TickLoop<'a> {
                 continue;
             }
             let next = self.wheel.next_expiration();
-            if !shard.plan_sleep(next.unwrap_or(IDLE)) {
+            if !shard.plan_sleep(now, next.unwrap_or(IDLE)) {
                 continue;
             }
             match next {
