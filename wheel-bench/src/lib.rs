@@ -167,13 +167,14 @@ fn run_one(
         skipped.push(skip(reason));
         return;
     }
-    plan.progress.say(&format!(
-        "run  {} {}: {} timers over {}",
-        system.name(),
-        plan.scenario,
-        format::count_text(plan.timers),
-        humantime::format_duration(plan.spread)
-    ));
+    let size = if plan.scenario == S::Idle {
+        format!("idle for {}", humantime::format_duration(plan.idle_for))
+    } else {
+        let spread = humantime::format_duration(plan.spread);
+        format!("{} timers over {spread}", format::count_text(plan.timers))
+    };
+    plan.progress
+        .say(&format!("run  {} {}: {size}", system.name(), plan.scenario));
     let outcome = match &options.isolate {
         Some(exe) => {
             let spec = child::ChildSpec {
