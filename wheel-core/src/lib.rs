@@ -78,6 +78,8 @@
 //! assert_eq!(wheel.remove(key), None); // handed out: the key is stale
 //! ```
 
+#![warn(missing_docs)]
+
 mod key;
 mod level;
 mod slab;

@@ -142,7 +142,11 @@ impl<T> Slab<T> {
     /// The first live node at or after `from`.
     pub(crate) fn next_live(&self, from: u32) -> Option<u32> {
         let from = from as usize;
-        let offset = self.nodes.get(from..)?.iter().position(|n| n.level != VACANT)?;
+        let offset = self
+            .nodes
+            .get(from..)?
+            .iter()
+            .position(|n| n.level != VACANT)?;
         Some((from + offset) as u32)
     }
 

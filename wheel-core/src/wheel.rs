@@ -13,6 +13,7 @@ pub struct Entry<T> {
     pub key: TimerKey,
     /// The deadline tick the entry was inserted (or last rescheduled) with.
     pub deadline: u64,
+    /// The payload.
     pub value: T,
 }
 
@@ -129,6 +130,7 @@ impl<T> Wheel<T> {
         self.slab.capacity()
     }
 
+    /// Slots on each level (a power of two).
     pub fn slots_per_level(&self) -> usize {
         self.geometry.slots()
     }
@@ -148,6 +150,7 @@ impl<T> Wheel<T> {
         self.slab.len()
     }
 
+    /// Whether no entry is live.
     pub fn is_empty(&self) -> bool {
         self.slab.len() == 0
     }
@@ -185,15 +188,18 @@ impl<T> Wheel<T> {
         Some(self.slab.node(index).deadline)
     }
 
+    /// Whether `key` names a live entry.
     pub fn contains(&self, key: TimerKey) -> bool {
         self.slab.resolve(key).is_some()
     }
 
+    /// The value of a live entry.
     pub fn get(&self, key: TimerKey) -> Option<&T> {
         let index = self.slab.resolve(key)?;
         self.slab.node(index).value.as_ref()
     }
 
+    /// The value of a live entry, to change in place.
     pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let index = self.slab.resolve(key)?;
         self.slab.node_mut(index).value.as_mut()

@@ -53,13 +53,21 @@ pub struct Config {
 pub mod limits {
     use std::time::Duration;
 
+    /// Most `shards`.
     pub const MAX_SHARDS: usize = 1024;
+    /// Most `executor_threads`.
     pub const MAX_EXECUTOR_THREADS: usize = 1024;
+    /// Shortest `tick`: below it, waking up costs more than the tick is worth.
     pub const MIN_TICK: Duration = Duration::from_micros(10);
+    /// Longest `tick`.
     pub const MAX_TICK: Duration = Duration::from_secs(3600);
+    /// Most `wheel_slots` (after rounding up to a power of two).
     pub const MAX_WHEEL_SLOTS: usize = 4096;
+    /// Fewest `ring_capacity`.
     pub const MIN_RING_CAPACITY: usize = 2;
+    /// Most `ring_capacity`.
     pub const MAX_RING_CAPACITY: usize = 1 << 26;
+    /// Longest `saturation_timeout`.
     pub const MAX_SATURATION_TIMEOUT: Duration = Duration::from_secs(3600);
 }
 

@@ -11,7 +11,10 @@ pub enum ScheduleError {
     Shutdown,
     /// `Config::max_pending` timers are pending already.
     #[error("{limit} timers are pending, the configured max_pending")]
-    TooManyPending { limit: usize },
+    TooManyPending {
+        /// The configured `max_pending`.
+        limit: usize,
+    },
     /// The shard's pending ring stayed full for `Config::saturation_timeout`: the tick thread
     /// cannot keep up with the producers.
     #[error("a shard's pending ring stayed full for the saturation timeout (config field `saturation_timeout`)")]
@@ -24,11 +27,18 @@ pub enum ScheduleError {
 pub enum ConfigError {
     /// A field's value is out of range.
     #[error("config field `{field}`: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The field's name, as in TOML.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// The TOML text did not parse, or a value had the wrong type.
     #[error("config{}: {message}", field.as_ref().map(|f| format!(" field `{f}`")).unwrap_or_default())]
     Toml {
+        /// The parser's message.
         message: String,
+        /// The field it is about, where one can be told.
         field: Option<String>,
     },
     /// A `WHEEL_*` variable did not parse.
@@ -36,24 +46,35 @@ pub enum ConfigError {
         "environment variable {var} (config field `{field}`) = {value:?}: expected {expected}"
     )]
     Env {
+        /// The variable's name.
         var: String,
+        /// The config field it sets.
         field: &'static str,
+        /// Its value.
         value: String,
+        /// What would have been accepted.
         expected: String,
     },
     /// The config file could not be read.
     #[error("cannot read config file {}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// A service thread could not be started.
     #[error("cannot start a timer thread: {source}")]
-    Spawn { source: std::io::Error },
+    Spawn {
+        /// The operating system's refusal.
+        source: std::io::Error,
+    },
     /// An error found in a named file.
     #[error("{}: {source}", path.display())]
     InFile {
+        /// The file.
         path: PathBuf,
+        /// The error in it.
         source: Box<ConfigError>,
     },
 }

@@ -76,6 +76,8 @@
 //! assert_eq!(timers.stats().fired, 1000);
 //! ```
 
+#![warn(missing_docs)]
+
 mod clock;
 mod config;
 mod core;

@@ -35,12 +35,19 @@ pub struct Stats {
 /// (the requested deadline rounded up to the tick).
 #[derive(Clone, Debug)]
 pub struct Lateness {
+    /// Runs measured.
     pub count: u64,
+    /// Median.
     pub p50: Duration,
+    /// 90th percentile.
     pub p90: Duration,
+    /// 99th percentile.
     pub p99: Duration,
+    /// 99.9th percentile.
     pub p999: Duration,
+    /// 99.99th percentile.
     pub p9999: Duration,
+    /// The latest start.
     pub max: Duration,
     /// Every sample, in nanoseconds, merged from all executor workers.
     pub histogram: Histogram<u64>,

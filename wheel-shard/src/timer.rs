@@ -47,6 +47,7 @@ impl fmt::Debug for TimerId {
 
 /// A timer that had not fired when the service shut down, handed back to the caller.
 pub struct Unfired {
+    /// The id `schedule` returned for it.
     pub id: TimerId,
     /// When it was due (a deadline beyond what `Instant` can show is pinned a century out).
     pub deadline: Instant,
