@@ -330,8 +330,8 @@ fn bench_queue<F: Fixture>(c: &mut Criterion, n: usize) {
         let mut group = c.benchmark_group(op.name());
         group
             .sample_size(10)
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_millis(1_500))
             .throughput(Throughput::Elements(1));
         group.bench_function(BenchmarkId::new(F::NAME, n), |b| {
             let fixture = fixture.get_or_insert_with(|| F::filled(n));
@@ -349,5 +349,10 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-criterion_group!(wheel_vs_delay_queue, benches);
+criterion_group! {
+    name = wheel_vs_delay_queue;
+    // Plots cost seconds per benchmark and are not needed for the ns/op table.
+    config = Criterion::default().without_plots();
+    targets = benches
+}
 criterion_main!(wheel_vs_delay_queue);
