@@ -258,16 +258,8 @@ struct Shared {
 }
 
 /// One connection, from accept to close. Sockets close when `relay` is dropped.
-async fn serve(client: TcpStream, shared: Arc<Shared>) {
+async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>) {
     let counters = &shared.counters;
-    let conn = match ConnTimers::start(&shared.timers, shared.limits) {
-        Ok(conn) => conn,
-        Err(error) => {
-            tracing::warn!("refusing a connection, no idle timer: {error}");
-            counters.failed.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-    };
     let alarm = Arc::clone(&conn.alarm);
     let counter = tokio::select! {
         reason = alarm.raised() => match reason {
@@ -342,10 +334,7 @@ impl Proxy {
                 _ = &mut stop => break,
                 Some(_) = connections.join_next() => {}
                 accepted = self.listener.accept() => match accepted {
-                    Ok((client, _)) => {
-                        self.shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
-                        connections.spawn(serve(client, Arc::clone(&self.shared)));
-                    }
+                    Ok((client, _)) => self.accept(client, &mut connections),
                     Err(error) => self.back_off_after(error).await,
                 },
             }
@@ -356,6 +345,22 @@ impl Proxy {
         Report {
             stats: self.shared.timers.stats(),
             counters: self.counters(),
+        }
+    }
+
+    /// Starts the idle timer here rather than in the connection's task, so it counts from
+    /// the accept, not from whenever a busy runtime first polls the task.
+    fn accept(&self, client: TcpStream, connections: &mut JoinSet<()>) {
+        let counters = &self.shared.counters;
+        counters.accepted.fetch_add(1, Ordering::Relaxed);
+        match ConnTimers::start(&self.shared.timers, self.shared.limits) {
+            Ok(conn) => {
+                connections.spawn(serve(client, conn, Arc::clone(&self.shared)));
+            }
+            Err(error) => {
+                tracing::warn!("refusing a connection, no idle timer: {error}");
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
