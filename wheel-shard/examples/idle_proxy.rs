@@ -423,8 +423,8 @@ pub fn print_report(report: &Report) {
         count(&counters.failed),
     );
     println!(
-        "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}",
-        stats.scheduled, stats.fired, stats.cancelled, stats.rejected, stats.pending
+        "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}, tick-thread wake-ups {}",
+        stats.scheduled, stats.fired, stats.cancelled, stats.rejected, stats.pending, stats.wakeups
     );
     let l = &stats.lateness;
     println!(

@@ -114,7 +114,8 @@ impl Drop for Alarm {
 /// the requested delay. Dropping it cancels the timer (counted in `Stats::cancelled`).
 ///
 /// Resolves to `Ok(())` when the timer fired, or to a [`TimerError`] when the service refused
-/// or dropped it.
+/// or dropped it. It holds a handle to the service, so a pending `Sleep` keeps the service
+/// running after the caller's own handles are dropped.
 #[must_use = "a Sleep does nothing unless awaited; dropping it cancels its timer"]
 pub struct Sleep {
     timers: TimerService,
