@@ -8,7 +8,7 @@
 //! tick's slot: a level never wraps, and finding the next due slot is one masked
 //! `trailing_zeros` on the level's occupancy bitmap.
 
-use crate::slab::{Node, NIL};
+use crate::slab::{Slab, NIL};
 
 /// The head and tail of one slot's intrusive list (indices into the slab).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,34 +57,34 @@ impl Level {
     }
 
     /// Appends node `index` to `slot`'s list.
-    pub(crate) fn push_back<T>(&mut self, nodes: &mut [Node<T>], slot: usize, index: u32) {
+    pub(crate) fn push_back<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
         let list = &mut self.lists[slot];
-        let node = &mut nodes[index as usize];
+        let node = slab.node_mut(index);
         node.prev = list.tail;
         node.next = NIL;
         if list.tail == NIL {
             list.head = index;
             self.occupied[slot / 64] |= 1 << (slot % 64);
         } else {
-            nodes[list.tail as usize].next = index;
+            slab.node_mut(list.tail).next = index;
         }
         list.tail = index;
     }
 
     /// Unlinks node `index` from `slot`'s list.
-    pub(crate) fn unlink<T>(&mut self, nodes: &mut [Node<T>], slot: usize, index: u32) {
+    pub(crate) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
         let (prev, next) = {
-            let node = &nodes[index as usize];
+            let node = slab.node(index);
             (node.prev, node.next)
         };
         let list = &mut self.lists[slot];
         match prev {
             NIL => list.head = next,
-            p => nodes[p as usize].next = next,
+            p => slab.node_mut(p).next = next,
         }
         match next {
             NIL => list.tail = prev,
-            n => nodes[n as usize].prev = prev,
+            n => slab.node_mut(n).prev = prev,
         }
         if list.is_empty() {
             self.occupied[slot / 64] &= !(1 << (slot % 64));
@@ -183,24 +183,16 @@ mod tests {
     #[test]
     fn bitmap_search_spans_words() {
         let mut level = Level::new(256);
-        let mut nodes: Vec<Node<()>> = (0..2)
-            .map(|_| Node {
-                deadline: 0,
-                prev: NIL,
-                next: NIL,
-                generation: 0,
-                slot: 0,
-                level: 0,
-                value: Some(()),
-            })
-            .collect();
+        let mut slab = Slab::with_capacity(2);
+        let a = slab.insert(0, ()).index();
+        let b = slab.insert(0, ()).index();
         assert_eq!(level.next_occupied(0), None);
-        level.push_back(&mut nodes, 200, 0);
-        level.push_back(&mut nodes, 3, 1);
+        level.push_back(&mut slab, 200, a);
+        level.push_back(&mut slab, 3, b);
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);
-        level.unlink(&mut nodes, 200, 0);
+        level.unlink(&mut slab, 200, a);
         assert_eq!(level.next_occupied(4), None);
     }
 }

@@ -1,5 +1,5 @@
-//! Entry storage: one `Vec` of nodes, a free list threaded through the vacant ones, and a
-//! generation per node so stale keys are caught.
+//! Entry storage: chunks of nodes that never move, a free list threaded through the vacant
+//! ones, and a generation per node so stale keys are caught.
 //!
 //! Nodes double as the links of the intrusive slot lists (`prev`/`next` are `u32` indices), so a
 //! node's whole bookkeeping is 24 bytes beside the payload and an insert after warm-up allocates
@@ -41,20 +41,33 @@ impl<T: Clone> Clone for Node<T> {
     }
 }
 
+/// Nodes per chunk. Chunks are never moved or copied once allocated, so the slab grows in
+/// steps of this many nodes and no insert ever waits for a whole-slab reallocation (copying
+/// 10 M nodes would stall the caller for a good fraction of a second).
+const CHUNK_BITS: u32 = 14;
+const CHUNK: usize = 1 << CHUNK_BITS;
+const CHUNK_MASK: u32 = CHUNK as u32 - 1;
+
 #[derive(Clone)]
 pub(crate) struct Slab<T> {
-    nodes: Vec<Node<T>>,
+    /// Fixed-capacity chunks of `CHUNK` nodes; node `i` is `chunks[i / CHUNK][i % CHUNK]`.
+    chunks: Vec<Vec<Node<T>>>,
+    /// Nodes ever created (live or vacant).
+    created: usize,
     free_head: u32,
     len: usize,
 }
 
 impl<T> Slab<T> {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        Slab {
-            nodes: Vec::with_capacity(capacity),
+        let mut slab = Slab {
+            chunks: Vec::new(),
+            created: 0,
             free_head: NIL,
             len: 0,
-        }
+        };
+        slab.reserve(capacity);
+        slab
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -62,12 +75,15 @@ impl<T> Slab<T> {
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.nodes.capacity()
+        self.chunks.len() * CHUNK
     }
 
     pub(crate) fn reserve(&mut self, additional: usize) {
-        let vacant = self.nodes.len() - self.len;
-        self.nodes.reserve(additional.saturating_sub(vacant));
+        let vacant = self.created - self.len;
+        let needed = self.created + additional.saturating_sub(vacant);
+        while self.capacity() < needed {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
     }
 
     /// Stores a value in a vacant node (reusing a freed one first). The node is not yet in any
@@ -80,20 +96,23 @@ impl<T> Slab<T> {
         self.len += 1;
         if self.free_head != NIL {
             let index = self.free_head;
-            let node = &mut self.nodes[index as usize];
-            self.free_head = node.next;
+            let node = self.node_mut(index);
+            let next_free = node.next;
             node.deadline = deadline;
             node.value = Some(value);
-            return TimerKey {
-                index,
-                generation: node.generation,
-            };
+            let generation = node.generation;
+            self.free_head = next_free;
+            return TimerKey { index, generation };
         }
-        let index = u32::try_from(self.nodes.len())
+        let index = u32::try_from(self.created)
             .ok()
             .filter(|&i| i != NIL)
             .expect("wheel-core: more than u32::MAX - 1 live entries");
-        self.nodes.push(Node {
+        let chunk = self.created / CHUNK;
+        if chunk == self.chunks.len() {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        self.chunks[chunk].push(Node {
             deadline,
             prev: NIL,
             next: NIL,
@@ -102,6 +121,7 @@ impl<T> Slab<T> {
             level: VACANT,
             value: Some(value),
         });
+        self.created += 1;
         TimerKey {
             index,
             generation: 0,
@@ -112,53 +132,45 @@ impl<T> Slab<T> {
     /// generation moves on, so every key to the old entry is stale from now on.
     pub(crate) fn free(&mut self, index: u32) -> T {
         let free_head = self.free_head;
-        let node = &mut self.nodes[index as usize];
+        let node = self.node_mut(index);
         debug_assert_ne!(node.level, VACANT);
         node.level = VACANT;
         node.generation = node.generation.wrapping_add(1);
         node.next = free_head;
+        let value = node.value.take().expect("live node holds a value");
         self.free_head = index;
         self.len -= 1;
-        node.value.take().expect("live node holds a value")
+        value
     }
 
     /// The index of the live node `key` names, if it is not stale.
     pub(crate) fn resolve(&self, key: TimerKey) -> Option<u32> {
-        match self.nodes.get(key.index as usize) {
-            Some(node) if node.generation == key.generation && node.level != VACANT => {
-                Some(key.index)
-            }
-            _ => None,
-        }
+        let node = self
+            .chunks
+            .get((key.index >> CHUNK_BITS) as usize)?
+            .get((key.index & CHUNK_MASK) as usize)?;
+        (node.generation == key.generation && node.level != VACANT).then_some(key.index)
     }
 
     pub(crate) fn key_of(&self, index: u32) -> TimerKey {
         TimerKey {
             index,
-            generation: self.nodes[index as usize].generation,
+            generation: self.node(index).generation,
         }
     }
 
     /// The first live node at or after `from`.
     pub(crate) fn next_live(&self, from: u32) -> Option<u32> {
-        let from = from as usize;
-        let offset = self
-            .nodes
-            .get(from..)?
-            .iter()
-            .position(|n| n.level != VACANT)?;
-        Some((from + offset) as u32)
-    }
-
-    pub(crate) fn nodes_mut(&mut self) -> &mut [Node<T>] {
-        &mut self.nodes
+        (from as usize..self.created)
+            .map(|i| i as u32)
+            .find(|&i| self.node(i).level != VACANT)
     }
 
     pub(crate) fn node(&self, index: u32) -> &Node<T> {
-        &self.nodes[index as usize]
+        &self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
     }
 
     pub(crate) fn node_mut(&mut self, index: u32) -> &mut Node<T> {
-        &mut self.nodes[index as usize]
+        &mut self.chunks[(index >> CHUNK_BITS) as usize][(index & CHUNK_MASK) as usize]
     }
 }

@@ -274,13 +274,13 @@ impl<T> Wheel<T> {
         let node = self.slab.node_mut(index);
         node.level = level as u8;
         node.slot = slot as u16;
-        self.levels[level].push_back(self.slab.nodes_mut(), slot, index);
+        self.levels[level].push_back(&mut self.slab, slot, index);
     }
 
     fn unlink(&mut self, index: u32) {
         let node = self.slab.node(index);
         let (level, slot) = (node.level as usize, node.slot as usize);
-        self.levels[level].unlink(self.slab.nodes_mut(), slot, index);
+        self.levels[level].unlink(&mut self.slab, slot, index);
     }
 
     /// The earliest occupied slot as (level, slot, first tick). Lower levels are always due
@@ -295,7 +295,7 @@ impl<T> Wheel<T> {
 
     fn pop_expired(&mut self, slot: usize) -> Entry<T> {
         let index = self.levels[0].front(slot).expect("occupied slot");
-        self.levels[0].unlink(self.slab.nodes_mut(), slot, index);
+        self.levels[0].unlink(&mut self.slab, slot, index);
         let key = self.slab.key_of(index);
         let deadline = self.slab.node(index).deadline;
         Entry {

@@ -34,6 +34,8 @@ const REPEATING: u64 = 1 << 4;
 const SEQ_SHIFT: u32 = 8;
 const SEQ: u64 = 0x00ff_ffff << SEQ_SHIFT;
 const GENERATION_SHIFT: u32 = 32;
+/// `wheel_key` of a timer that is not in the wheel (no wheel index is `u32::MAX`).
+const NO_WHEEL_KEY: u64 = u64::MAX;
 
 fn generation(word: u64) -> u32 {
     (word >> GENERATION_SHIFT) as u32
@@ -80,6 +82,9 @@ pub(crate) enum Admission {
 pub(crate) struct TimerCell {
     word: AtomicU64,
     deadline: AtomicU64,
+    /// The timer's key in its shard's wheel while it is there. Only the tick thread reads or
+    /// writes it; it lives here so the shard needs no slot-indexed map of its own.
+    wheel_key: AtomicU64,
 }
 
 impl TimerCell {
@@ -87,7 +92,20 @@ impl TimerCell {
         TimerCell {
             word: AtomicU64::new(FREE),
             deadline: AtomicU64::new(0),
+            wheel_key: AtomicU64::new(NO_WHEEL_KEY),
         }
+    }
+
+    /// Tick thread: the wheel key of this slot's timer, if it is in the wheel.
+    pub(crate) fn wheel_key(&self) -> Option<u64> {
+        let key = self.wheel_key.load(Ordering::Relaxed);
+        (key != NO_WHEEL_KEY).then_some(key)
+    }
+
+    /// Tick thread: records where the timer sits in the wheel (`None`: not in it).
+    pub(crate) fn set_wheel_key(&self, key: Option<u64>) {
+        self.wheel_key
+            .store(key.unwrap_or(NO_WHEEL_KEY), Ordering::Relaxed);
     }
 
     /// Makes a free slot (claimed by this thread alone) a scheduled timer; returns the

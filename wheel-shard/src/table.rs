@@ -1,10 +1,10 @@
 //! [`TimerTable`]: a shard's timer cells, addressed by the slot a `TimerId` carries.
 //!
 //! Cells never move, so any thread can reach one from an id in O(1) without a lock: the table is
-//! a fixed array of segments that double in size (1 Ki, 1 Ki, 2 Ki, 4 Ki, … cells) and are
-//! allocated on first use, so a small service stays small and a big one never copies. Producers
-//! claim free slots from a lock-free queue that retiring timers refill, or take a fresh slot past
-//! the highest one used.
+//! a fixed directory of 64 Ki-cell segments, each allocated on first use, so a small service
+//! stays small, a big one never copies, and no single allocation stalls a producer for long.
+//! Producers claim free slots from a lock-free queue that retiring timers refill, or take a
+//! fresh slot past the highest one used.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -14,12 +14,15 @@ use crossbeam_utils::CachePadded;
 
 use crate::state::TimerCell;
 
-const FIRST_SEGMENT_BITS: u32 = 10;
-/// Segments 0 and 1 hold 2^10 cells each, segment k > 1 holds 2^(k+9): 23 cover every u32 slot.
-const SEGMENTS: usize = 33 - FIRST_SEGMENT_BITS as usize;
+const SEGMENT_BITS: u32 = 16;
+const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
+/// 4 Ki segments of 64 Ki cells: 2^28 (268 million) timers per shard at once.
+const SEGMENTS: usize = 1 << 12;
+/// One past the highest slot a shard hands out.
+const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
 pub(crate) struct TimerTable {
-    segments: [OnceLock<Box<[TimerCell]>>; SEGMENTS],
+    segments: Box<[OnceLock<Box<[TimerCell]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
     free: Injector<u32>,
@@ -27,26 +30,20 @@ pub(crate) struct TimerTable {
 
 /// (segment, offset within it) of `slot`.
 fn locate(slot: u32) -> (usize, usize) {
-    if slot < 1 << FIRST_SEGMENT_BITS {
-        return (0, slot as usize);
-    }
-    let top = 31 - slot.leading_zeros();
-    let segment = (top - FIRST_SEGMENT_BITS + 1) as usize;
-    (segment, (slot - (1 << top)) as usize)
+    (
+        (slot >> SEGMENT_BITS) as usize,
+        slot as usize & (SEGMENT_LEN - 1),
+    )
 }
 
-fn segment_len(segment: usize) -> usize {
-    1 << (FIRST_SEGMENT_BITS as usize + segment.saturating_sub(1))
-}
-
-/// The table ran out of its 2^32 slots (about 4 billion live timers in one shard).
+/// The table ran out of its 2^28 slots (268 million live timers in one shard).
 #[derive(Debug)]
 pub(crate) struct TableFull;
 
 impl TimerTable {
     pub(crate) fn new() -> Self {
         TimerTable {
-            segments: [const { OnceLock::new() }; SEGMENTS],
+            segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             fresh: CachePadded::new(AtomicU32::new(0)),
             free: Injector::new(),
         }
@@ -55,7 +52,10 @@ impl TimerTable {
     /// The cell of `slot`, if that slot was ever handed out.
     pub(crate) fn cell(&self, slot: u32) -> Option<&TimerCell> {
         let (segment, offset) = locate(slot);
-        self.segments[segment].get().map(|cells| &cells[offset])
+        self.segments
+            .get(segment)?
+            .get()
+            .map(|cells| &cells[offset])
     }
 
     /// A slot for a new timer, free and owned by the caller until it arms it.
@@ -68,17 +68,16 @@ impl TimerTable {
             }
         };
         let (segment, offset) = locate(slot);
-        let cells = self.segments[segment].get_or_init(|| {
-            (0..segment_len(segment))
-                .map(|_| TimerCell::new())
-                .collect()
-        });
+        let cells = self.segments[segment]
+            .get_or_init(|| (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect());
         Ok((slot, &cells[offset]))
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
         self.fresh
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < SLOTS).then_some(n + 1)
+            })
             .map_err(|_| TableFull)
     }
 
@@ -101,18 +100,10 @@ mod tests {
     #[test]
     fn segments_tile_the_slot_space() {
         assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(1023), (0, 1023));
-        assert_eq!(locate(1024), (1, 0));
-        assert_eq!(locate(2047), (1, 1023));
-        assert_eq!(locate(2048), (2, 0));
-        assert_eq!(
-            locate(u32::MAX),
-            (SEGMENTS - 1, segment_len(SEGMENTS - 1) - 1)
-        );
-        for slot in [5u32, 1500, 3000, 1 << 20, (1 << 20) + 7] {
-            let (segment, offset) = locate(slot);
-            assert!(offset < segment_len(segment));
-        }
+        assert_eq!(locate(65_535), (0, 65_535));
+        assert_eq!(locate(65_536), (1, 0));
+        assert_eq!(locate(SLOTS - 1), (SEGMENTS - 1, SEGMENT_LEN - 1));
+        assert_eq!(locate(SLOTS).0, SEGMENTS, "past the table: no segment");
     }
 
     #[test]
@@ -124,7 +115,8 @@ mod tests {
         table.recycle(a);
         assert_eq!(table.claim().unwrap().0, a);
         assert!(table.cell(b).is_some());
-        assert!(table.cell(5000).is_none());
+        assert!(table.cell(70_000).is_none());
+        assert!(table.cell(u32::MAX).is_none());
         assert_eq!(table.high_water(), 2);
     }
 }

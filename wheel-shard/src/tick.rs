@@ -14,9 +14,6 @@ use crate::shard::{Notice, Shard, IDLE};
 use crate::state::{Admission, Expiry, TimerCell};
 use crate::timer::{TimerId, Unfired};
 
-/// `keys` entry of a slot with nothing in the wheel.
-const NO_KEY: u64 = u64::MAX;
-
 /// Due timers handed out per pass of the loop (each pass also drains the ring).
 const EXPIRE_BATCH: usize = 8192;
 
@@ -27,8 +24,6 @@ pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
     wheel: Wheel<Armed>,
-    /// The wheel key of each slot's timer (as `TimerKey::to_u64`), so notices find it in O(1).
-    keys: Vec<u64>,
     batch: usize,
 }
 
@@ -40,7 +35,6 @@ impl<'a> TickLoop<'a> {
             core,
             shard: &core.shards[shard],
             wheel,
-            keys: Vec::new(),
             batch: core.config.transfer_batch,
         }
     }
@@ -116,19 +110,15 @@ impl<'a> TickLoop<'a> {
     }
 
     fn insert(&mut self, deadline: u64, armed: Armed) {
-        let slot = armed.slot as usize;
+        let cell = self.cell(armed.slot);
         let key = self.wheel.insert(deadline, armed);
-        if self.keys.len() <= slot {
-            self.keys.resize(slot + 1, NO_KEY);
-        }
-        self.keys[slot] = key.to_u64();
+        cell.set_wheel_key(Some(key.to_u64()));
     }
 
     /// The wheel key of timer `(slot, gen)`, if that timer is in the wheel.
     fn key_of(&self, slot: u32, gen: u32) -> Option<TimerKey> {
-        let raw = *self.keys.get(slot as usize)?;
-        let key = TimerKey::from_u64(raw);
-        (raw != NO_KEY && self.wheel.get(key)?.gen == gen).then_some(key)
+        let key = TimerKey::from_u64(self.cell(slot).wheel_key()?);
+        (self.wheel.get(key)?.gen == gen).then_some(key)
     }
 
     /// A cancel or an earlier deadline for a timer: apply it now rather than at its old deadline,
@@ -140,7 +130,7 @@ impl<'a> TickLoop<'a> {
         let cell = self.cell(slot);
         if cell.is_cancelled(gen) {
             drop(self.wheel.remove(key));
-            self.keys[slot as usize] = NO_KEY;
+            cell.set_wheel_key(None);
             self.shard.end_cancelled(slot);
         } else if self.wheel.deadline(key) != Some(cell.deadline()) {
             let _ = self.wheel.reschedule(key, cell.deadline());
@@ -157,8 +147,9 @@ impl<'a> TickLoop<'a> {
                 break;
             };
             let armed = entry.value;
-            self.keys[armed.slot as usize] = NO_KEY;
-            let run = match self.cell(armed.slot).expire(armed.gen, now) {
+            let cell = self.cell(armed.slot);
+            cell.set_wheel_key(None);
+            let run = match cell.expire(armed.gen, now) {
                 Expiry::Fire(deadline) => {
                     self.shard.limit.release();
                     self.shard.table.recycle(armed.slot);
