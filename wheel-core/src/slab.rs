@@ -6,6 +6,7 @@
 //! nothing.
 
 use crate::key::TimerKey;
+use crate::wheel::Entry;
 
 /// "No node": the end of a list, or an empty free list.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -141,6 +142,17 @@ impl<T> Slab<T> {
         self.free_head = index;
         self.len -= 1;
         value
+    }
+
+    /// Frees a live node (already unlinked) and hands out its entry under the key it had.
+    pub(crate) fn take(&mut self, index: u32) -> Entry<T> {
+        let key = self.key_of(index);
+        let deadline = self.node(index).deadline;
+        Entry {
+            key,
+            deadline,
+            value: self.free(index),
+        }
     }
 
     /// The index of the live node `key` names, if it is not stale.

@@ -296,13 +296,7 @@ impl<T> Wheel<T> {
     fn pop_expired(&mut self, slot: usize) -> Entry<T> {
         let index = self.levels[0].front(slot).expect("occupied slot");
         self.levels[0].unlink(&mut self.slab, slot, index);
-        let key = self.slab.key_of(index);
-        let deadline = self.slab.node(index).deadline;
-        Entry {
-            key,
-            deadline,
-            value: self.slab.free(index),
-        }
+        self.slab.take(index)
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
@@ -340,16 +334,9 @@ impl<T> Iterator for Drain<'_, T> {
     type Item = Entry<T>;
 
     fn next(&mut self) -> Option<Entry<T>> {
-        let slab = &mut self.wheel.slab;
-        let index = slab.next_live(self.cursor)?;
+        let index = self.wheel.slab.next_live(self.cursor)?;
         self.cursor = index + 1;
-        let key = slab.key_of(index);
-        let deadline = slab.node(index).deadline;
-        Some(Entry {
-            key,
-            deadline,
-            value: slab.free(index),
-        })
+        Some(self.wheel.slab.take(index))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

@@ -106,3 +106,8 @@ pub use tokio_adapter::{Elapsed, Sleep, Timeout, TimerError};
 
 /// The histogram type of [`Lateness::histogram`].
 pub use hdrhistogram;
+
+/// The README's Rust examples, compiled and run as doc tests so they cannot rot.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

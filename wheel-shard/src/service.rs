@@ -10,7 +10,8 @@ use crate::core::Core;
 use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Executor;
 use crate::job::{Armed, BoxedJob, Every, Once};
-use crate::shard::Notice;
+use crate::shard::{Notice, Shard};
+use crate::state::TimerCell;
 use crate::stats::{Lateness, Stats};
 use crate::tick::{hand_back, TickLoop};
 use crate::timer::{TimerId, Unfired};
@@ -162,10 +163,7 @@ impl TimerService {
     /// repeating timer — also while a run is in progress, which then is its last. `false`
     /// means it already ran or is running, was cancelled, or the id is unknown.
     pub fn cancel(&self, id: TimerId) -> bool {
-        let Some(shard) = self.core().shards.get(id.shard()) else {
-            return false;
-        };
-        let Some(cell) = shard.table.cell(id.slot()) else {
+        let Some((shard, cell)) = self.locate(id) else {
             return false;
         };
         if !cell.cancel(id.gen()) {
@@ -184,14 +182,10 @@ impl TimerService {
     /// id is unknown. Postponing costs no wake-up: the shard finds the new deadline when the
     /// old one comes.
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
-        let core = self.core();
-        let Some(shard) = core.shards.get(id.shard()) else {
+        let Some((shard, cell)) = self.locate(id) else {
             return false;
         };
-        let Some(cell) = shard.table.cell(id.slot()) else {
-            return false;
-        };
-        let deadline = core.clock.deadline_after(delay);
+        let deadline = self.core().clock.deadline_after(delay);
         match cell.reschedule(id.gen(), deadline) {
             None => false,
             Some(old) => {
@@ -205,6 +199,12 @@ impl TimerService {
                 true
             }
         }
+    }
+
+    /// The shard and the state cell an id names, if it names any.
+    fn locate(&self, id: TimerId) -> Option<(&Shard, &TimerCell)> {
+        let shard = self.core().shards.get(id.shard())?;
+        Some((shard, shard.table.cell(id.slot())?))
     }
 
     /// Timers scheduled and not yet fired, cancelled or handed back. Counted by the tick
