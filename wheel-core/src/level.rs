@@ -104,12 +104,6 @@ impl Level {
         self.occupied[slot / 64] &= !(1 << (slot % 64));
         head
     }
-
-    /// Empties every slot, without touching the nodes.
-    pub(crate) fn clear(&mut self) {
-        self.lists.fill(SlotList::EMPTY);
-        self.occupied.fill(0);
-    }
 }
 
 /// The level arithmetic for `2^bits` slots per level.

@@ -251,11 +251,9 @@ impl<T> Wheel<T> {
     }
 
     /// Removes and hands out every live entry, due or not, in slab order (for shutdown). The
-    /// clock stays where it is. Dropping the iterator early drops the entries not yet handed out.
+    /// clock stays where it is. Dropping the iterator early drops the entries not yet handed out;
+    /// forgetting it (`mem::forget`) leaves the rest in the wheel, consistent.
     pub fn drain(&mut self) -> Drain<'_, T> {
-        for level in self.levels.iter_mut() {
-            level.clear();
-        }
         Drain {
             wheel: self,
             cursor: 0,
@@ -336,6 +334,9 @@ impl<T> Iterator for Drain<'_, T> {
     fn next(&mut self) -> Option<Entry<T>> {
         let index = self.wheel.slab.next_live(self.cursor)?;
         self.cursor = index + 1;
+        // Unlinked one by one rather than clearing every level up front, so the wheel stays
+        // whole however the iterator ends.
+        self.wheel.unlink(index);
         Some(self.wheel.slab.take(index))
     }
 

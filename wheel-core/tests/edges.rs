@@ -449,3 +449,22 @@ fn clone_is_independent() {
     assert!(copy.is_empty());
     assert!(format!("{wheel:?}").contains("now: 10"));
 }
+
+/// A forgotten `Drain` leaves the entries it did not hand out in the wheel, still due on time.
+#[test]
+fn forgotten_drain_leaves_a_consistent_wheel() {
+    let mut wheel = Wheel::new();
+    let a = wheel.insert(10, "a");
+    wheel.insert(10, "b");
+    let mut drain = wheel.drain();
+    let first = drain.next().unwrap();
+    std::mem::forget(drain);
+    assert_eq!(first.key, a);
+    assert_eq!(wheel.len(), 1);
+    assert_eq!(wheel.next_expiration(), Some(10));
+    let c = wheel.insert(10, "c");
+    assert!(wheel.contains(c));
+    let due: Vec<_> = wheel.advance(10).map(|e| e.value).collect();
+    assert_eq!(due, ["b", "c"]);
+    assert!(wheel.is_empty());
+}
