@@ -87,7 +87,7 @@ pub fn lateness(path: &Path, title: &str, lines: &[Line<'_>]) -> Result<(), Stri
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .label_font((FONT, 16))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
