@@ -200,6 +200,10 @@ const METHOD: &str = "
   timers scheduled (some have fired by then; freed memory the allocator keeps still counts).
   Peak RSS is VmHWM, reset at the start of each run. The allocator is mimalloc.
 - CPU time is each thread's schedstat run time, by thread name, over the run.
+- The Rust systems start cold, in a fresh process each: their schedule figures include the
+  kernel's first-touch page faults for the memory the timers take (at 10 M timers these are
+  most of the producer's time). Netty's JVM runs with a pre-touched heap and warm-up rounds, so
+  its schedule figure does not pay them: compare schedule rates with that in mind.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'
