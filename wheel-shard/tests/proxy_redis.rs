@@ -32,6 +32,8 @@ use wheel_shard::{Config, TimerService};
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const IDLE_CONNECTIONS: usize = 2_000;
+/// Connections that keep sending while the idle ones wait.
+const PINGERS: usize = 10;
 /// What "closed on time" allows past the idle timeout, as seen by the client.
 const CLOSE_SLACK: Duration = Duration::from_millis(200);
 
@@ -172,6 +174,9 @@ impl Redis {
                 Command::new("redis-server")
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no", "--maxclients", "10000"])
+                    // The proxy opens 2 000 upstream connections in a burst; redis' default
+                    // accept backlog (511) could drop SYNs and delay a connect by a second.
+                    .args(["--tcp-backlog", "4096"])
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -456,17 +461,28 @@ async fn expect_reply(stream: &mut TcpStream, expected: &[u8]) -> io::Result<()>
     Ok(())
 }
 
+/// A connection through the proxy that has answered its first PING.
+async fn pinger(addr: SocketAddr) -> io::Result<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(b"PING\r\n").await?;
+    expect_reply(&mut stream, b"+PONG\r\n").await?;
+    Ok(stream)
+}
+
 /// Sends PING every `every` for `busy`, each answered; then goes quiet and returns how long
 /// after the last PONG the proxy closed the connection.
-async fn ping_then_idle(addr: SocketAddr, every: Duration, busy: Duration) -> io::Result<Duration> {
-    let mut stream = TcpStream::connect(addr).await?;
+async fn ping_then_idle(
+    mut stream: TcpStream,
+    every: Duration,
+    busy: Duration,
+) -> io::Result<Duration> {
     let start = Instant::now();
     let mut last = start;
     while start.elapsed() < busy {
+        tokio::time::sleep(every).await;
         stream.write_all(b"PING\r\n").await?;
         expect_reply(&mut stream, b"+PONG\r\n").await?;
         last = Instant::now();
-        tokio::time::sleep(every).await;
     }
     let mut byte = [0u8; 1];
     match stream.read(&mut byte).await? {
@@ -475,34 +491,77 @@ async fn ping_then_idle(addr: SocketAddr, every: Duration, busy: Duration) -> io
     }
 }
 
-/// A subscriber that only ever receives (the proxy writes to it): stays open while a direct
-/// publisher publishes every `every` for `busy`.
-async fn subscriber_stays_open(
-    proxy: SocketAddr,
-    redis: SocketAddr,
+/// A subscriber to channel "news" through the proxy, and a publisher connected directly.
+async fn subscribe(proxy: SocketAddr, redis: SocketAddr) -> io::Result<(TcpStream, TcpStream)> {
+    let mut subscriber = TcpStream::connect(proxy).await?;
+    subscriber.write_all(b"SUBSCRIBE news\r\n").await?;
+    let confirmed = b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    expect_reply(&mut subscriber, confirmed).await?;
+    let publisher = TcpStream::connect(redis).await?;
+    Ok((subscriber, publisher))
+}
+
+/// The subscriber only ever receives (the proxy only writes to it): it must stay open while
+/// the publisher publishes every `every` for `busy`.
+async fn receive_while_published(
+    (mut subscriber, mut publisher): (TcpStream, TcpStream),
     every: Duration,
     busy: Duration,
 ) -> io::Result<()> {
-    let mut subscriber = TcpStream::connect(proxy).await?;
-    subscriber.write_all(b"SUBSCRIBE news\r\n").await?;
-    expect_reply(
-        &mut subscriber,
-        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n",
-    )
-    .await?;
-    let mut publisher = TcpStream::connect(redis).await?;
+    let message = b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$4\r\ntick\r\n";
     let start = Instant::now();
     while start.elapsed() < busy {
         tokio::time::sleep(every).await;
         publisher.write_all(b"PUBLISH news tick\r\n").await?;
+        // ":0" here would mean the proxy closed the subscriber's upstream connection.
         expect_reply(&mut publisher, b":1\r\n").await?;
-        expect_reply(
-            &mut subscriber,
-            b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$4\r\ntick\r\n",
-        )
-        .await?;
+        expect_reply(&mut subscriber, message).await?;
     }
     Ok(())
+}
+
+/// What the clients of the idle test saw.
+struct IdleOutcome {
+    idle: Vec<io::Result<IdleClose>>,
+    pingers_quiet_for: Vec<io::Result<Duration>>,
+    subscriber: io::Result<()>,
+}
+
+/// Sets up the busy connections first (so none of their connects competes with the burst of
+/// idle ones), then opens the idle connections and waits for every client to finish.
+async fn run_idle_clients(proxy: SocketAddr, redis: SocketAddr, idle: Duration) -> IdleOutcome {
+    let (every, busy) = (idle / 4, idle * 5 / 2);
+    let mut pingers = Vec::new();
+    for _ in 0..PINGERS {
+        pingers.push(pinger(proxy).await.expect("a pinger connects"));
+    }
+    let channel = subscribe(proxy, redis)
+        .await
+        .expect("the subscriber subscribes");
+
+    let permits = Arc::new(tokio::sync::Semaphore::new(64));
+    let idle_tasks: Vec<_> = (0..IDLE_CONNECTIONS)
+        .map(|_| tokio::spawn(open_until_closed(proxy, Arc::clone(&permits))))
+        .collect();
+    let pingers: Vec<_> = pingers
+        .into_iter()
+        .map(|stream| tokio::spawn(ping_then_idle(stream, every, busy)))
+        .collect();
+    let subscriber = tokio::spawn(receive_while_published(channel, every, busy));
+    let mut outcome = IdleOutcome {
+        idle: Vec::new(),
+        pingers_quiet_for: Vec::new(),
+        subscriber: subscriber.await.expect("subscriber task"),
+    };
+    for task in idle_tasks {
+        outcome.idle.push(task.await.expect("idle task"));
+    }
+    for task in pingers {
+        outcome
+            .pingers_quiet_for
+            .push(task.await.expect("pinger task"));
+    }
+    outcome
 }
 
 fn build() -> &'static str {
@@ -534,38 +593,21 @@ fn idle_connections_close_on_time_and_busy_ones_stay_open() {
             request_timeout: None,
         },
     );
-    let (addr, redis_addr, every, busy) = (proxy.addr, redis.addr, idle / 4, idle * 5 / 2);
+    let clients = run_idle_clients(proxy.addr, redis.addr, idle);
+    let outcome = client_runtime()
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), clients).await })
+        .expect("the clients finish within 60 s");
+    // Stopped (and its report printed) before any assertion, for the diagnosis.
+    let report = proxy.stop();
 
-    let (open_for, pinger_quiet_for, subscriber) = client_runtime().block_on(async move {
-        let permits = Arc::new(tokio::sync::Semaphore::new(64));
-        let idle_tasks: Vec<_> = (0..IDLE_CONNECTIONS)
-            .map(|_| tokio::spawn(open_until_closed(addr, Arc::clone(&permits))))
-            .collect();
-        let pingers: Vec<_> = (0..10)
-            .map(|_| tokio::spawn(ping_then_idle(addr, every, busy)))
-            .collect();
-        let subscriber = tokio::spawn(subscriber_stays_open(addr, redis_addr, every, busy));
-        let all = async {
-            let mut open_for = Vec::new();
-            for task in idle_tasks {
-                open_for.push(task.await.expect("task").expect("idle connection"));
-            }
-            let mut quiet_for = Vec::new();
-            for task in pingers {
-                quiet_for.push(
-                    task.await
-                        .expect("task")
-                        .expect("pinging connection stays open"),
-                );
-            }
-            (open_for, quiet_for, subscriber.await.expect("task"))
-        };
-        tokio::time::timeout(Duration::from_secs(60), all)
-            .await
-            .expect("bounded in time")
-    });
-    subscriber.expect("subscriber connection stays open while it receives");
-
+    outcome
+        .subscriber
+        .expect("the subscriber stays open while it receives");
+    let open_for: Vec<IdleClose> = outcome
+        .idle
+        .into_iter()
+        .map(|close| close.expect("an idle connection"))
+        .collect();
     let mut lateness: Vec<Duration> = open_for
         .iter()
         .map(|close| {
@@ -594,17 +636,17 @@ fn idle_connections_close_on_time_and_busy_ones_stay_open() {
         max <= CLOSE_SLACK,
         "a connection closed {max:?} after its idle timeout"
     );
-    for quiet in pinger_quiet_for {
+    for quiet in outcome.pingers_quiet_for {
+        let quiet = quiet.expect("a pinging connection stays open");
         assert!(
             quiet <= idle + CLOSE_SLACK,
             "a pinging connection closed {quiet:?} after its last PONG"
         );
     }
-    let report = proxy.stop();
     let closed_idle = report.counters.closed_idle.load(Ordering::Relaxed);
     assert_eq!(
         closed_idle,
-        IDLE_CONNECTIONS as u64 + 10,
+        IDLE_CONNECTIONS as u64 + PINGERS as u64,
         "idle + pinging connections closed idle"
     );
 }
