@@ -31,7 +31,7 @@ const AWAKE: u64 = 0;
 /// `wake_at` while it sleeps with nothing pending: any deadline wakes it.
 pub(crate) const IDLE: u64 = u64::MAX;
 /// A tick thread that sleeps longer than this is woken to free a cancelled timer's entry.
-const CLEANUP_TICKS: u64 = 2;
+pub(crate) const CLEANUP_TICKS: u64 = 2;
 
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {

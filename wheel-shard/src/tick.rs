@@ -10,7 +10,7 @@ use wheel_core::{TimerKey, Wheel};
 use crate::core::Core;
 use crate::executor::{Repeat, Run};
 use crate::job::Armed;
-use crate::shard::{Notice, Shard, IDLE};
+use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
 use crate::state::{Admission, Expiry, TimerCell};
 use crate::timer::{TimerId, Unfired};
 
@@ -49,19 +49,24 @@ impl<'a> TickLoop<'a> {
             }
             let now = self.core.clock.now();
             self.transfer();
-            self.apply_notices();
+            let touched = self.apply_notices();
             self.expire(now);
             self.publish();
             if !shard.ring.is_empty() || self.wheel.next_expiration().is_some_and(|t| t <= now) {
                 continue;
             }
-            let next = self.wheel.next_expiration();
-            if !shard.plan_sleep(now, next.unwrap_or(IDLE)) {
+            let mut wake = self.wheel.next_expiration().unwrap_or(IDLE);
+            if touched {
+                // Cancels are arriving: look again soon instead of being woken by each one, so
+                // a steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
+                wake = wake.min(now.saturating_add(CLEANUP_TICKS));
+            }
+            if !shard.plan_sleep(now, wake) {
                 continue;
             }
-            match next {
-                Some(tick) => std::thread::park_timeout(self.core.clock.until(tick)),
-                None => std::thread::park(),
+            match wake {
+                IDLE => std::thread::park(),
+                tick => std::thread::park_timeout(self.core.clock.until(tick)),
             }
             shard
                 .wakeups
@@ -92,13 +97,19 @@ impl<'a> TickLoop<'a> {
         self.shard.signal_room();
     }
 
-    fn apply_notices(&mut self) {
+    /// Applies every notice; `true` when any was a cancel or an earlier deadline.
+    fn apply_notices(&mut self) -> bool {
+        let mut touched = false;
         while let Some(notice) = self.shard.notices.steal().success() {
             match notice {
-                Notice::Touch { slot, gen } => self.touch(slot, gen),
+                Notice::Touch { slot, gen } => {
+                    self.touch(slot, gen);
+                    touched = true;
+                }
                 Notice::Rearm(armed) => self.admit(armed),
             }
         }
+        touched
     }
 
     /// A timer arriving from the ring or a re-arm: into the wheel, unless cancelled on the way.

@@ -636,3 +636,30 @@ fn one_shard_and_many_shards_both_work() {
         );
     }
 }
+
+#[test]
+fn a_stream_of_cancels_does_not_wake_a_shard_per_cancel() {
+    let timers = service();
+    let ids: Vec<_> = (0..2000)
+        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
+        .collect();
+    assert!(eventually(SOON, || timers.pending() == 2000));
+    let before = timers.stats().wakeups;
+    let start = Instant::now();
+    for chunk in ids.chunks(10) {
+        for id in chunk {
+            assert!(timers.cancel(*id));
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let elapsed = start.elapsed();
+    assert!(eventually(SOON, || timers.pending() == 0), "all freed");
+    let wakeups = timers.stats().wakeups - before;
+    // At most one wake-up per shard every CLEANUP_TICKS (2 ms) while cancels keep coming, plus
+    // slack for the last ones; one per cancel would be 2000.
+    let bound = 2 * (elapsed.as_millis() as u64 / 2 + 20);
+    assert!(
+        wakeups <= bound,
+        "{wakeups} wake-ups for 2000 cancels in {elapsed:?} (bound {bound})"
+    );
+}
