@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the project's developer and user commands.
 //!
-//! `cargo xtask bench [options]` runs wheel-bench (see `cargo xtask bench --help`).
+//! `cargo xtask bench [options]` runs wheel-bench (see `cargo xtask bench --help`);
+//! `cargo xtask test` runs every test, the loom models included (what CI runs).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 use wheel_bench::cli::BenchArgs;
+
+mod test;
 
 // The bench measures memory and allocation-heavy peers: every system gets the same allocator.
 #[global_allocator]
@@ -24,6 +27,8 @@ struct Cli {
 enum Command {
     /// Measure wheel under load beside its peers; writes target/wheel-bench/<run>/.
     Bench(BenchArgs),
+    /// Run every test of the workspace, then the loom models (what CI runs).
+    Test,
 }
 
 /// `bench --child SPEC`: one run, its result printed as one JSON line on stdout.
@@ -56,7 +61,13 @@ fn target_dir() -> PathBuf {
 }
 
 fn main() -> ExitCode {
-    let Command::Bench(args) = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Bench(args) => bench(&args),
+        Command::Test => test::run(&test::workspace_root(), &target_dir()),
+    }
+}
+
+fn bench(args: &BenchArgs) -> ExitCode {
     let mut options = match args.to_options() {
         Ok(options) => options,
         Err(error) => {

@@ -45,7 +45,10 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         match command.status() {
             Ok(status) if status.success() => {}
             Ok(status) => {
-                eprintln!("xtask test: failed ({status}): cargo {}", step.args.join(" "));
+                eprintln!(
+                    "xtask test: failed ({status}): cargo {}",
+                    step.args.join(" ")
+                );
                 return ExitCode::FAILURE;
             }
             Err(error) => {
