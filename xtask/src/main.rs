@@ -23,6 +23,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Measure wheel under load beside its peers; writes target/wheel-bench/<run>/.
