@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The machine's cores, CPU model, memory and kernel.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     /// Cores this process may use.
     pub cores: usize,
@@ -12,8 +12,11 @@ pub struct Machine {
     pub cpu_model: String,
     pub memory_bytes: u64,
     pub kernel: String,
-    /// /proc/loadavg when the run started: a busy machine makes every figure worse.
+    /// /proc/loadavg when the run started.
     pub load_average: String,
+    /// Share of all cores' time other processes used in the half second before the run:
+    /// a busy machine makes every figure worse.
+    pub busy_before: f64,
 }
 
 impl Machine {
@@ -39,19 +42,40 @@ impl Machine {
             load_average: std::fs::read_to_string("/proc/loadavg")
                 .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
                 .unwrap_or_default(),
+            busy_before: busy_share(std::time::Duration::from_millis(500)),
         }
     }
 
-    /// True when the 1-minute load average was above half the cores at the start.
+    /// True when other processes used over a quarter of the cores just before the run.
     pub fn was_busy(&self) -> bool {
-        let load: f64 = self
-            .load_average
-            .split_whitespace()
-            .next()
-            .and_then(|l| l.parse().ok())
-            .unwrap_or(0.0);
-        load > self.cores as f64 * 0.5
+        self.busy_before > 0.25
     }
+}
+
+/// Non-idle share of all cores' time over `window` (from /proc/stat; 0 where it is missing).
+fn busy_share(window: std::time::Duration) -> f64 {
+    let before = cpu_times();
+    std::thread::sleep(window);
+    let after = cpu_times();
+    match (before, after) {
+        (Some((idle0, total0)), Some((idle1, total1))) if total1 > total0 => {
+            1.0 - (idle1 - idle0) as f64 / (total1 - total0) as f64
+        }
+        _ => 0.0,
+    }
+}
+
+/// `(idle + iowait, total)` jiffies of the `cpu` line of /proc/stat.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((idle, fields.iter().take(8).sum()))
 }
 
 /// The value of the first `key: value` line.
@@ -71,6 +95,7 @@ mod tests {
         let m = Machine::read();
         assert!(m.cores >= 1);
         assert!(m.memory_bytes > 0);
+        assert!((0.0..=1.0).contains(&m.busy_before), "{}", m.busy_before);
         assert_eq!(
             field("model name\t: Xeon\nother: 1", "model name"),
             Some("Xeon")

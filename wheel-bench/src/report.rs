@@ -29,11 +29,12 @@ pub fn machine_line(machine: &Machine) -> String {
         ""
     };
     format!(
-        "{} cores ({}), {} RAM, Linux {}, load average {} at start{busy}",
+        "{} cores ({}), {} RAM, Linux {}, {:.0} % busy and load average {} at start{busy}",
         machine.cores,
         machine.cpu_model,
         bytes_text(machine.memory_bytes),
         machine.kernel,
+        machine.busy_before * 100.0,
         machine.load_average
     )
 }
@@ -111,7 +112,8 @@ pub fn markdown(
     };
     let _ = writeln!(
         md,
-        "- load average at start: {}{busy}\n",
+        "- at start: {:.0} % of the cores busy with other work, load average {}{busy}\n",
+        machine.busy_before * 100.0,
         machine.load_average
     );
     md.push_str("## Run\n\n");
