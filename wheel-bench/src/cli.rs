@@ -27,7 +27,7 @@ pub struct BenchArgs {
     /// Seed of the delays and choices [default: 24301].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Output directory [default: target/wheel-bench/<date-time>].
+    /// Output directory (default: `target/wheel-bench/<date-time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Peers: all, none, or a list of delay-queue, tokio-sleep, binary-heap, netty.

@@ -19,7 +19,7 @@ pub struct Task {
 
 impl Task {
     /// Timer `index` with the requested `deadline` of the current run (`epoch` is the run's
-    /// time origin, see [`probe::Run::epoch`]).
+    /// time origin, see [`probe::RunHandle::epoch`]).
     pub fn new(index: u32, deadline: Instant, epoch: Instant, blocks: bool) -> Task {
         Task {
             deadline_ns: nanos_since(epoch, deadline),
