@@ -27,7 +27,7 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Measure wheel under load beside its peers; writes target/wheel-bench/<run>/.
+    /// Measure wheel under load beside its peers; writes `target/wheel-bench/<run>/`.
     Bench(BenchArgs),
     /// Run every test of the workspace, then the loom models (what CI runs).
     Test,
