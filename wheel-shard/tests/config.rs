@@ -119,7 +119,11 @@ fn environment_variables_override_fields() {
         ("WHEEL_PIN_THREADS", "false"),
         ("WHEEL_SATURATION_TIMEOUT", "1s"),
     ];
-    let lookup = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    };
     let config = Config::default().with_vars(lookup).unwrap();
     assert_eq!(
         config,
@@ -154,7 +158,10 @@ fn a_bad_environment_variable_names_the_variable_and_the_field() {
             .unwrap_err();
         assert_eq!(error.field(), Some(field), "{error}");
         if !matches!(error, ConfigError::Invalid { .. }) {
-            assert!(error.to_string().contains(var), "{error} does not name {var}");
+            assert!(
+                error.to_string().contains(var),
+                "{error} does not name {var}"
+            );
         }
     }
 }
