@@ -36,8 +36,9 @@ pub struct Config {
     /// At most this many timers pending at once over the whole service (Netty's
     /// `maxPendingTimeouts`); `None` is unbounded.
     pub max_pending: Option<usize>,
-    /// At most this many commands moved from a shard's ring into its wheel between two
-    /// advances of the wheel. Default 100 000.
+    /// At most this many commands moved from a shard's ring into its wheel during one tick
+    /// (Netty's rule; the rest waits for the next tick). Moves happen in small chunks between
+    /// looks for due timers either way. Default 100 000.
     pub transfer_batch: usize,
     /// Commands each shard's pending ring holds, rounded up to a power of two. Default 65 536.
     pub ring_capacity: usize,

@@ -191,11 +191,14 @@ impl Shard {
     }
 
     /// Tick thread: at tick `now` it means to sleep until `tick` ([`IDLE`]: until woken).
-    /// Returns `false` when work arrived meanwhile and it must not sleep.
-    pub(crate) fn plan_sleep(&self, now: u64, tick: u64) -> bool {
+    /// Returns `false` when work arrived meanwhile and it must not sleep; new timers in the
+    /// ring count only when `ring_matters` (not when this tick's transfer budget is spent).
+    pub(crate) fn plan_sleep(&self, now: u64, tick: u64, ring_matters: bool) -> bool {
         self.slept_at.store(now, Ordering::Relaxed);
         self.wake_at.store(tick.max(1), Ordering::SeqCst);
-        self.ring.is_empty() && self.notices.is_empty() && !self.stop.load(Ordering::SeqCst)
+        (!ring_matters || self.ring.is_empty())
+            && self.notices.is_empty()
+            && !self.stop.load(Ordering::SeqCst)
     }
 
     /// Retires a slot whose timer was cancelled, counting it. (Its place under `max_pending`

@@ -1,9 +1,11 @@
 //! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
 //!
-//! Each pass: move at most `transfer_batch` new timers from the ring into the wheel, apply every
-//! notice (cancels, earlier deadlines, re-arms), hand every due timer to the executor, then sleep
-//! until the wheel's next due slot — or not at all while the ring still has work, or forever
-//! while the wheel is empty. It never runs a callback.
+//! Each pass: move a chunk of new timers from the ring into the wheel, apply every notice
+//! (cancels, earlier deadlines, re-arms), hand due timers to the executor, then sleep until the
+//! wheel's next due slot — or not at all while the ring still has work, or forever while the
+//! wheel is empty. Chunks are small, so a flood of new timers delays an expiry by a fraction of
+//! a millisecond; over one tick at most `transfer_batch` commands move (Netty's rule), after
+//! which the ring waits for the next tick. It never runs a callback.
 
 use wheel_core::{TimerKey, Wheel};
 
@@ -20,11 +22,18 @@ const EXPIRE_BATCH: usize = 8192;
 /// How often a transfer lets producers waiting for room in.
 const ROOM_SIGNAL_EVERY: usize = 1024;
 
+/// Ring commands moved between two looks for due timers (a few hundred microseconds of work).
+const TRANSFER_CHUNK: usize = 2048;
+
 pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
     wheel: Wheel<Armed>,
+    /// `Config::transfer_batch`: the most commands moved during one tick.
     batch: usize,
+    /// The tick the transfer budget is counted for, and what is left of it.
+    budget_tick: u64,
+    budget_left: usize,
 }
 
 impl<'a> TickLoop<'a> {
@@ -36,6 +45,8 @@ impl<'a> TickLoop<'a> {
             shard: &core.shards[shard],
             wheel,
             batch: core.config.transfer_batch,
+            budget_tick: 0,
+            budget_left: core.config.transfer_batch,
         }
     }
 
@@ -48,11 +59,13 @@ impl<'a> TickLoop<'a> {
                 break;
             }
             let now = self.core.clock.now();
-            self.transfer();
+            let may_transfer = self.transfer(now);
             let touched = self.apply_notices();
             self.expire(now);
             self.publish();
-            if !shard.ring.is_empty() || self.wheel.next_expiration().is_some_and(|t| t <= now) {
+            let ring_waits = !shard.ring.is_empty();
+            let due = self.wheel.next_expiration().is_some_and(|t| t <= now);
+            if (ring_waits && may_transfer) || due {
                 continue;
             }
             let mut wake = self.wheel.next_expiration().unwrap_or(IDLE);
@@ -61,7 +74,11 @@ impl<'a> TickLoop<'a> {
                 // a steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
                 wake = wake.min(now.saturating_add(CLEANUP_TICKS));
             }
-            if !shard.plan_sleep(now, wake) {
+            if ring_waits {
+                // This tick's transfer budget is spent: the rest waits for the next tick.
+                wake = wake.min(now.saturating_add(1));
+            }
+            if !shard.plan_sleep(now, wake, !ring_waits) {
                 continue;
             }
             match wake {
@@ -82,19 +99,29 @@ impl<'a> TickLoop<'a> {
             .expect("a slot in flight has a cell")
     }
 
-    /// Moves up to one batch of new timers from the ring into the wheel, letting waiting
-    /// producers in as room appears rather than only at the end.
-    fn transfer(&mut self) {
-        for moved in 1..=self.batch {
+    /// Moves up to one chunk of new timers from the ring into the wheel, within what is left of
+    /// this tick's budget, letting waiting producers in as room appears. Returns whether budget
+    /// is left for this tick.
+    fn transfer(&mut self, now: u64) -> bool {
+        if self.budget_tick != now {
+            self.budget_tick = now;
+            self.budget_left = self.batch;
+        }
+        let limit = self.budget_left.min(TRANSFER_CHUNK);
+        let mut moved = 0;
+        while moved < limit {
             let Some(armed) = self.shard.ring.pop() else {
                 break;
             };
             self.admit(armed);
+            moved += 1;
             if moved % ROOM_SIGNAL_EVERY == 0 {
                 self.shard.signal_room();
             }
         }
+        self.budget_left -= moved;
         self.shard.signal_room();
+        self.budget_left > 0
     }
 
     /// Applies every notice; `true` when any was a cancel or an earlier deadline.
