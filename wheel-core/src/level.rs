@@ -10,22 +10,17 @@
 
 use crate::slab::{Slab, NIL};
 
-/// The head and tail of one slot's intrusive list (indices into the slab).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One slot: the slab indices of its entries in arrival order. A removed entry leaves a
+/// tombstone (`NIL`) so no other entry moves and the order stays FIFO; tombstones go when the
+/// slot empties or when they outnumber the live entries. An array rather than an intrusive
+/// list because walking it issues independent loads: a cascade over cold entries overlaps its
+/// cache misses instead of paying them one after another along a chain of `next` pointers.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct SlotList {
-    pub(crate) head: u32,
-    pub(crate) tail: u32,
-}
-
-impl SlotList {
-    const EMPTY: SlotList = SlotList {
-        head: NIL,
-        tail: NIL,
-    };
-
-    fn is_empty(self) -> bool {
-        self.head == NIL
-    }
+    items: Vec<u32>,
+    /// Entries before `head` were handed out already.
+    head: u32,
+    live: u32,
 }
 
 /// `2^bits` slot lists and a bitmap of the non-empty ones.
@@ -38,7 +33,7 @@ pub(crate) struct Level {
 impl Level {
     pub(crate) fn new(slots: usize) -> Self {
         Level {
-            lists: vec![SlotList::EMPTY; slots].into_boxed_slice(),
+            lists: (0..slots).map(|_| SlotList::default()).collect(),
             occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
         }
     }
@@ -56,54 +51,89 @@ impl Level {
         }
     }
 
-    /// Appends node `index` to `slot`'s list.
+    /// Appends node `index` to `slot`.
     pub(crate) fn push_back<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
         let list = &mut self.lists[slot];
-        let node = slab.node_mut(index);
-        node.prev = list.tail;
-        node.next = NIL;
-        if list.tail == NIL {
-            list.head = index;
+        if list.live == 0 {
             self.occupied[slot / 64] |= 1 << (slot % 64);
-        } else {
-            slab.node_mut(list.tail).next = index;
         }
-        list.tail = index;
+        slab.node_mut(index).pos = list.items.len() as u32;
+        list.items.push(index);
+        list.live += 1;
     }
 
-    /// Unlinks node `index` from `slot`'s list.
+    /// Takes node `index` out of `slot`, leaving a tombstone.
     pub(crate) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
-        let (prev, next) = {
-            let node = slab.node(index);
-            (node.prev, node.next)
-        };
         let list = &mut self.lists[slot];
-        match prev {
-            NIL => list.head = next,
-            p => slab.node_mut(p).next = next,
-        }
-        match next {
-            NIL => list.tail = prev,
-            n => slab.node_mut(n).prev = prev,
-        }
-        if list.is_empty() {
-            self.occupied[slot / 64] &= !(1 << (slot % 64));
+        let pos = slab.node(index).pos as usize;
+        debug_assert_eq!(list.items[pos], index, "node's position is stale");
+        list.items[pos] = NIL;
+        list.live -= 1;
+        if list.live == 0 {
+            self.empty(slot);
+        } else if list.items.len() > 2 * list.live as usize + 32 {
+            compact(list, slab);
         }
     }
 
-    /// The first node of `slot`'s list, if any.
-    pub(crate) fn front(&self, slot: usize) -> Option<u32> {
-        let head = self.lists[slot].head;
-        (head != NIL).then_some(head)
+    /// Takes the first entry of `slot`, if any.
+    pub(crate) fn pop_front(&mut self, slot: usize) -> Option<u32> {
+        let list = &mut self.lists[slot];
+        while let Some(&index) = list.items.get(list.head as usize) {
+            list.head += 1;
+            if index != NIL {
+                list.live -= 1;
+                if list.live == 0 {
+                    self.empty(slot);
+                }
+                return Some(index);
+            }
+        }
+        None
     }
 
-    /// Empties `slot`, returning the head of the detached list (walk it by `next`).
-    pub(crate) fn take(&mut self, slot: usize) -> u32 {
-        let head = self.lists[slot].head;
-        self.lists[slot] = SlotList::EMPTY;
+    /// Empties `slot`, handing over its entries (tombstones included, as `NIL`). Give the
+    /// vector back with [`Level::restore`] so its capacity is reused.
+    pub(crate) fn take(&mut self, slot: usize) -> Vec<u32> {
+        let list = &mut self.lists[slot];
+        let mut items = std::mem::take(&mut list.items);
+        items.drain(..list.head as usize);
+        list.head = 0;
+        list.live = 0;
         self.occupied[slot / 64] &= !(1 << (slot % 64));
-        head
+        items
     }
+
+    /// Returns the vector [`Level::take`] handed over, to keep its allocation.
+    pub(crate) fn restore(&mut self, slot: usize, mut items: Vec<u32>) {
+        let list = &mut self.lists[slot];
+        if list.items.capacity() < items.capacity() && list.items.is_empty() {
+            items.clear();
+            list.items = items;
+        }
+    }
+
+    fn empty(&mut self, slot: usize) {
+        let list = &mut self.lists[slot];
+        list.items.clear();
+        list.head = 0;
+        self.occupied[slot / 64] &= !(1 << (slot % 64));
+    }
+}
+
+/// Drops a slot's tombstones, keeping the order of the live entries and their positions right.
+fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>) {
+    let mut kept = 0;
+    for i in list.head as usize..list.items.len() {
+        let index = list.items[i];
+        if index != NIL {
+            slab.node_mut(index).pos = kept as u32;
+            list.items[kept] = index;
+            kept += 1;
+        }
+    }
+    list.items.truncate(kept);
+    list.head = 0;
 }
 
 /// The level arithmetic for `2^bits` slots per level.
@@ -188,5 +218,7 @@ mod tests {
         assert_eq!(level.next_occupied(201), None);
         level.unlink(&mut slab, 200, a);
         assert_eq!(level.next_occupied(4), None);
+        assert_eq!(level.pop_front(3), Some(b));
+        assert_eq!(level.next_occupied(0), None);
     }
 }

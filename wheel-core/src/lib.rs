@@ -31,10 +31,13 @@
 //! on level 0). An entry moves down at most once per level, which is where the amortised O(1)
 //! comes from, and it is never handed out before its own deadline.
 //!
-//! Entries live in one slab (a `Vec` with a free list); slot lists are intrusive doubly-linked
-//! lists of `u32` slab indices, so insert, remove and reschedule relink a few indices and
-//! allocate nothing once the slab is warm. A [`TimerKey`] is the slab index plus a generation,
-//! so a stale key is recognised and never touches a newer entry that reuses the place.
+//! Entries live in one slab (chunks that never move, with a free list). Each slot is an array
+//! of `u32` slab indices and each entry knows its position in it, so insert appends, remove
+//! leaves a tombstone, and reschedule does both: O(1), with no allocation once the arrays have
+//! grown. Walking a slot's array issues independent loads, so a cascade over entries that are
+//! cold in cache overlaps the misses (an intrusive linked list would pay them one by one). A
+//! [`TimerKey`] is the slab index plus a generation, so a stale key is recognised and never
+//! touches a newer entry that reuses the place.
 //!
 //! # A worked example
 //!

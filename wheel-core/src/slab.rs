@@ -1,7 +1,8 @@
 //! Entry storage: chunks of nodes that never move, a free list threaded through the vacant
 //! ones, and a generation per node so stale keys are caught.
 //!
-//! Nodes double as the links of the intrusive slot lists (`prev`/`next` are `u32` indices), so a
+//! A node records its position in its slot's array (`pos`), so removal is O(1); while vacant,
+//! `pos` links the free list. So a
 //! node's whole bookkeeping is 24 bytes beside the payload and an insert after warm-up allocates
 //! nothing.
 
@@ -16,10 +17,8 @@ pub(crate) const VACANT: u8 = u8::MAX;
 
 pub(crate) struct Node<T> {
     pub(crate) deadline: u64,
-    /// Previous node in the slot list (unused while vacant).
-    pub(crate) prev: u32,
-    /// Next node in the slot list, or in the free list while vacant.
-    pub(crate) next: u32,
+    /// Index in its slot's array; while vacant, the next vacant node.
+    pub(crate) pos: u32,
     pub(crate) generation: u32,
     /// The slot within `level` whose list holds this node.
     pub(crate) slot: u16,
@@ -32,8 +31,7 @@ impl<T: Clone> Clone for Node<T> {
     fn clone(&self) -> Self {
         Node {
             deadline: self.deadline,
-            prev: self.prev,
-            next: self.next,
+            pos: self.pos,
             generation: self.generation,
             slot: self.slot,
             level: self.level,
@@ -98,7 +96,7 @@ impl<T> Slab<T> {
         if self.free_head != NIL {
             let index = self.free_head;
             let node = self.node_mut(index);
-            let next_free = node.next;
+            let next_free = node.pos;
             node.deadline = deadline;
             node.value = Some(value);
             let generation = node.generation;
@@ -115,8 +113,7 @@ impl<T> Slab<T> {
         }
         self.chunks[chunk].push(Node {
             deadline,
-            prev: NIL,
-            next: NIL,
+            pos: NIL,
             generation: 0,
             slot: 0,
             level: VACANT,
@@ -137,7 +134,7 @@ impl<T> Slab<T> {
         debug_assert_ne!(node.level, VACANT);
         node.level = VACANT;
         node.generation = node.generation.wrapping_add(1);
-        node.next = free_head;
+        node.pos = free_head;
         let value = node.value.take().expect("live node holds a value");
         self.free_head = index;
         self.len -= 1;

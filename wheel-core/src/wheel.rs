@@ -292,19 +292,17 @@ impl<T> Wheel<T> {
     }
 
     fn pop_expired(&mut self, slot: usize) -> Entry<T> {
-        let index = self.levels[0].front(slot).expect("occupied slot");
-        self.levels[0].unlink(&mut self.slab, slot, index);
+        let index = self.levels[0].pop_front(slot).expect("occupied slot");
         self.slab.take(index)
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
     fn cascade(&mut self, level: usize, slot: usize) {
-        let mut index = self.levels[level].take(slot);
-        while index != NIL {
-            let next = self.slab.node(index).next;
+        let items = self.levels[level].take(slot);
+        for &index in items.iter().filter(|&&i| i != NIL) {
             self.link(index);
-            index = next;
         }
+        self.levels[level].restore(slot, items);
     }
 }
 
