@@ -64,13 +64,7 @@ pub fn drive<T: Timers>(plan: &Plan<'_>) -> Result<RunResult, String> {
         &totals,
         fired_then,
     ));
-    result.cpu = CpuFigures {
-        timer_ns: cpu_after.since(&cpu_before, roles.timer),
-        executor_ns: roles
-            .executor
-            .map(|prefix| cpu_after.since(&cpu_before, prefix)),
-        threads: describe_roles(roles.timer, roles.executor),
-    };
+    result.cpu = cpu_figures(&cpu_before, &cpu_after, roles.timer, roles.executor);
     result.wakeups = wakeups_before.zip(wakeups_after).map(|(b, a)| a - b);
     if !finished_waiting {
         result.problems.push(format!(
@@ -116,13 +110,7 @@ fn idle<T: Timers>(system: T, plan: &Plan<'_>, guard: RunGuard, result: &mut Run
     let finished = system.finish();
     drop(guard);
     result.wall_secs = plan.idle_for.as_secs_f64();
-    result.cpu = CpuFigures {
-        timer_ns: cpu_after.since(&cpu_before, roles.timer),
-        executor_ns: roles
-            .executor
-            .map(|prefix| cpu_after.since(&cpu_before, prefix)),
-        threads: describe_roles(roles.timer, roles.executor),
-    };
+    result.cpu = cpu_figures(&cpu_before, &cpu_after, roles.timer, roles.executor);
     result.wakeups = wakeups_before.zip(wakeups_after).map(|(b, a)| a - b);
     result.problems.extend(finished.problems);
 }
@@ -179,6 +167,20 @@ fn memory_figures(
         pending_then: totals.scheduled.saturating_sub(fired_then),
         peak_rss,
         bytes_per_timer: grown as f64 / totals.scheduled.max(1) as f64,
+    }
+}
+
+/// CPU time of the timer and executor threads between two snapshots.
+fn cpu_figures(
+    before: &proc::ThreadTimes,
+    after: &proc::ThreadTimes,
+    timer: &str,
+    executor: Option<&str>,
+) -> CpuFigures {
+    CpuFigures {
+        timer_ns: after.since(before, timer),
+        executor_ns: executor.map(|prefix| after.since(before, prefix)),
+        threads: describe_roles(timer, executor),
     }
 }
 

@@ -131,13 +131,19 @@ fn cancel_of_an_unknown_id_is_false() {
     assert!(b.cancel(id));
 }
 
+/// `n` timers an hour away, once the shards hold them all.
+fn far_timers(timers: &TimerService, n: usize) -> Vec<TimerId> {
+    let ids: Vec<_> = (0..n)
+        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
+        .collect();
+    assert!(eventually(SOON, || timers.pending() == n));
+    ids
+}
+
 #[test]
 fn cancelled_memory_is_reclaimed_within_about_a_tick() {
     let timers = service();
-    let ids: Vec<_> = (0..10_000)
-        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
-        .collect();
-    assert!(eventually(SOON, || timers.pending() == 10_000));
+    let ids = far_timers(&timers, 10_000);
     for id in ids {
         assert!(timers.cancel(id));
     }
@@ -640,10 +646,7 @@ fn one_shard_and_many_shards_both_work() {
 #[test]
 fn a_stream_of_cancels_does_not_wake_a_shard_per_cancel() {
     let timers = service();
-    let ids: Vec<_> = (0..2000)
-        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
-        .collect();
-    assert!(eventually(SOON, || timers.pending() == 2000));
+    let ids = far_timers(&timers, 2000);
     let before = timers.stats().wakeups;
     let start = Instant::now();
     for chunk in ids.chunks(10) {

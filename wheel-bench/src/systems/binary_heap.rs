@@ -120,10 +120,9 @@ impl Timers for HeapTimers {
 
     fn cancel(&self, &(slot, generation): &HeapId) -> Outcome {
         let mut queue = lock(&self.shared);
-        let entry = &mut queue.slots[slot as usize];
-        if entry.generation != generation || entry.task.is_none() {
+        let Some(entry) = live_entry(&mut queue, slot, generation) else {
             return Outcome::TooLate;
-        }
+        };
         let task = entry.task.take();
         release(&mut queue, slot);
         drop(queue);
@@ -138,10 +137,9 @@ impl Timers for HeapTimers {
         _task: Task,
     ) -> Outcome {
         let mut queue = lock(&self.shared);
-        let entry = &mut queue.slots[slot as usize];
-        if entry.generation != generation || entry.task.is_none() {
+        let Some(entry) = live_entry(&mut queue, slot, generation) else {
             return Outcome::TooLate;
-        }
+        };
         // The old heap entry stays and is skipped when it surfaces (its deadline no longer
         // matches), as a cancelled ScheduledFutureTask is.
         entry.deadline = deadline;
@@ -196,6 +194,12 @@ fn push(queue: &mut Queue, shared: &Shared, entry: Entry) {
         queue.leader = None;
         shared.available.notify_one();
     }
+}
+
+/// The slot of timer `(slot, generation)` while that timer is still pending.
+fn live_entry(queue: &mut Queue, slot: u32, generation: u32) -> Option<&mut Slot> {
+    let entry = &mut queue.slots[slot as usize];
+    (entry.generation == generation && entry.task.is_some()).then_some(entry)
 }
 
 fn release(queue: &mut Queue, slot: u32) {
