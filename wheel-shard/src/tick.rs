@@ -7,6 +7,8 @@
 //! a millisecond; over one tick at most `transfer_batch` commands move (Netty's rule), after
 //! which the ring waits for the next tick. It never runs a callback.
 
+use std::sync::atomic::Ordering;
+
 use wheel_core::{TimerKey, Wheel};
 
 use crate::core::Core;
@@ -55,7 +57,7 @@ impl<'a> TickLoop<'a> {
         let shard = self.shard;
         loop {
             shard.mark_awake();
-            if shard.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            if shard.stop.load(Ordering::SeqCst) {
                 break;
             }
             let now = self.core.clock.now();
@@ -68,28 +70,36 @@ impl<'a> TickLoop<'a> {
             if (ring_waits && may_transfer) || due {
                 continue;
             }
-            let mut wake = self.wheel.next_expiration().unwrap_or(IDLE);
-            if touched {
-                // Cancels are arriving: look again soon instead of being woken by each one, so
-                // a steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
-                wake = wake.min(now.saturating_add(CLEANUP_TICKS));
-            }
-            if ring_waits {
-                // This tick's transfer budget is spent: the rest waits for the next tick.
-                wake = wake.min(now.saturating_add(1));
-            }
-            if !shard.plan_sleep(now, wake, !ring_waits) {
-                continue;
-            }
-            match wake {
-                IDLE => std::thread::park(),
-                tick => std::thread::park_timeout(self.core.clock.until(tick)),
-            }
-            shard
-                .wakeups
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.sleep(now, self.wake_tick(now, touched, ring_waits), ring_waits);
         }
         self.hand_back()
+    }
+
+    /// The tick to sleep until ([`IDLE`]: until woken): the next due slot, or sooner.
+    fn wake_tick(&self, now: u64, touched: bool, ring_waits: bool) -> u64 {
+        let mut wake = self.wheel.next_expiration().unwrap_or(IDLE);
+        if touched {
+            // Cancels are arriving: look again soon instead of being woken by each one, so a
+            // steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
+            wake = wake.min(now.saturating_add(CLEANUP_TICKS));
+        }
+        if ring_waits {
+            // This tick's transfer budget is spent: the rest waits for the next tick.
+            wake = wake.min(now.saturating_add(1));
+        }
+        wake
+    }
+
+    /// Sleeps until tick `wake`, unless work arrived while it was deciding to.
+    fn sleep(&self, now: u64, wake: u64, ring_waits: bool) {
+        if !self.shard.plan_sleep(now, wake, !ring_waits) {
+            return;
+        }
+        match wake {
+            IDLE => std::thread::park(),
+            tick => std::thread::park_timeout(self.core.clock.until(tick)),
+        }
+        self.shard.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 
     fn cell(&self, slot: u32) -> &'a TimerCell {
@@ -228,7 +238,7 @@ impl<'a> TickLoop<'a> {
     fn publish(&self) {
         self.shard
             .in_wheel
-            .store(self.wheel.len(), std::sync::atomic::Ordering::Relaxed);
+            .store(self.wheel.len(), Ordering::Relaxed);
     }
 
     /// At shutdown: everything still in the ring, the notices and the wheel comes back as
