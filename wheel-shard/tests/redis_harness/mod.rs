@@ -1,0 +1,278 @@
+//! The proxy test's harness: serial runs, bounded child processes, a throwaway
+//! `redis-server`, and the example proxy running in-process.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{mpsc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::idle_proxy::{Limits, Proxy, Report};
+use super::LOOPBACK;
+use wheel_shard::{Config, TimerService};
+
+/// The redis tests measure time; running them one at a time keeps them from skewing each other.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// True when the redis binaries are installed. Otherwise prints why the test is skipped, or
+/// fails under CI, where `.ci/install-redis.sh` should have installed them.
+pub fn redis_tools_present() -> bool {
+    let missing: Vec<_> = ["redis-server", "redis-benchmark", "redis-cli"]
+        .into_iter()
+        .filter(|tool| Command::new(tool).arg("--version").output().is_err())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!(
+        "{} not installed (run .ci/install-redis.sh)",
+        missing.join(", ")
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "under CI: {reason}"
+    );
+    println!("skipping: {reason}");
+    false
+}
+
+/// A child process killed and reaped when dropped, whatever the test did.
+pub struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` to completion, killing it and failing after `limit`.
+pub fn run_bounded(command: &mut Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let stdout = drain(child.stdout.take().expect("piped"));
+    let stderr = drain(child.stderr.take().expect("piped"));
+    let mut child = KillOnDrop(child);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait on child") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{command:?} still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let joined = |h: JoinHandle<Vec<u8>>| h.join().expect("reader thread");
+    Output {
+        status,
+        stdout: joined(stdout),
+        stderr: joined(stderr),
+    }
+}
+
+pub fn drain(mut pipe: impl io::Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Makes sure this process (and the redis-server it starts, which inherits the limit) may
+/// open `needed` descriptors, raising the soft limit with util-linux `prlimit` if it is lower.
+pub fn ensure_open_files(needed: u64) {
+    let (soft, hard) = open_files_limit();
+    if soft >= needed {
+        return;
+    }
+    let value = if hard >= needed {
+        format!("{needed}:")
+    } else {
+        format!("{needed}:{needed}")
+    };
+    let pid = std::process::id().to_string();
+    let done = Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={value}")])
+        .status();
+    let (soft, hard) = open_files_limit();
+    assert!(
+        soft >= needed,
+        "need {needed} open files, the limit is {soft} (hard {hard}) and prlimit gave {done:?}: \
+         raise `ulimit -n` to {needed}"
+    );
+}
+
+pub fn open_files_limit() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("/proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files line");
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (
+        numbers.next().unwrap_or(u64::MAX),
+        numbers.next().unwrap_or(u64::MAX),
+    )
+}
+
+pub fn free_port() -> u16 {
+    let listener = StdListener::bind((LOOPBACK, 0)).expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A `redis-server` on a free loopback port, without persistence.
+pub struct Redis {
+    _process: KillOnDrop,
+    pub addr: SocketAddr,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        // The free port can be taken between our probe and redis' bind: try a few.
+        for _ in 0..3 {
+            let port = free_port();
+            let process = KillOnDrop(
+                Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no", "--maxclients", "10000"])
+                    // The proxy opens 2 000 upstream connections in a burst; redis' default
+                    // accept backlog (511) could drop SYNs and delay a connect by a second.
+                    .args(["--tcp-backlog", "4096"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start redis-server"),
+            );
+            let addr = SocketAddr::from((LOOPBACK, port));
+            if wait_for_pong(addr, Duration::from_secs(10)) {
+                return Redis {
+                    _process: process,
+                    addr,
+                };
+            }
+        }
+        panic!("redis-server did not answer PING on three free ports");
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.addr, args)
+    }
+}
+
+pub fn wait_for_pong(addr: SocketAddr, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let answer = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "PING"])
+            .stderr(Stdio::null())
+            .output();
+        if answer.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "PONG") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+pub fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
+    let port = addr.port().to_string();
+    let out = run_bounded(
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args),
+        Duration::from_secs(10),
+    );
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The example's `Proxy` on its own 2-thread runtime; stopped (and joined) on drop.
+pub struct RunningProxy {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Report>>,
+}
+
+impl RunningProxy {
+    pub fn start(upstream: SocketAddr, limits: Limits) -> RunningProxy {
+        let (started, bound) = mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            runtime.block_on(async move {
+                let timers = TimerService::new(Config::default()).expect("timer service");
+                let listen = SocketAddr::from((LOOPBACK, 0));
+                let proxy = Proxy::bind(listen, upstream, limits, timers)
+                    .await
+                    .expect("proxy binds");
+                let addr = proxy.local_addr().expect("local addr");
+                started.send(addr).expect("test waits");
+                proxy.run_until(async { stopped.await.unwrap_or(()) }).await
+            })
+        });
+        let addr = bound
+            .recv_timeout(Duration::from_secs(10))
+            .expect("proxy started");
+        RunningProxy {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the proxy (as Ctrl-C does) and returns its final report.
+    pub fn stop(mut self) -> Report {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let report = self
+            .thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("proxy thread");
+        println!("proxy on {} stopped:", self.addr);
+        super::idle_proxy::print_report(&report);
+        report
+    }
+}
+
+impl Drop for RunningProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+pub fn client_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime")
+}
