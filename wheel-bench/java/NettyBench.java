@@ -175,14 +175,14 @@ public final class NettyBench {
         SplitMix64 delays = new SplitMix64(seed);
         SplitMix64 choices = new SplitMix64(seed ^ CHOICE_SALT);
         Record record = new Record(timers);
-        long[] cancelledBits = new long[(timers + 63) / 64];
+        Cancels cancels = new Cancels(timers);
         HashedWheelTimer timer = newTimer();
         timer.start();
         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
         long cpu0 = threads.getThreadCpuTime(worker.getId());
         long[] gc0 = gcTotals();
 
-        long scheduleNs = 0, cancelNs = 0, cancelCalls = 0, cancelled = 0, maxDeadline = 0;
+        long scheduleNs = 0, maxDeadline = 0;
         List<Timeout> keptTimeouts = new ArrayList<>();
         List<Integer> keptIndices = new ArrayList<>();
         List<Timeout> prevTimeouts = new ArrayList<>();
@@ -209,16 +209,7 @@ public final class NettyBench {
             }
             scheduleNs += System.nanoTime() - t0;
             if (rpc) {
-                long c0 = System.nanoTime();
-                for (int k = 0; k < prevTimeouts.size(); k++) {
-                    cancelCalls++;
-                    if (prevTimeouts.get(k).cancel()) {
-                        cancelled++;
-                        int index = prevIndices.get(k);
-                        cancelledBits[index >>> 6] |= 1L << (index & 63);
-                    }
-                }
-                cancelNs += System.nanoTime() - c0;
+                cancels.cancelAll(prevTimeouts, prevIndices);
                 prevTimeouts.clear();
                 prevIndices.clear();
                 List<Timeout> swapT = prevTimeouts;
@@ -230,19 +221,10 @@ public final class NettyBench {
             }
         }
         if (rpc) {
-            long c0 = System.nanoTime();
-            for (int k = 0; k < prevTimeouts.size(); k++) {
-                cancelCalls++;
-                if (prevTimeouts.get(k).cancel()) {
-                    cancelled++;
-                    int index = prevIndices.get(k);
-                    cancelledBits[index >>> 6] |= 1L << (index & 63);
-                }
-            }
-            cancelNs += System.nanoTime() - c0;
+            cancels.cancelAll(prevTimeouts, prevIndices);
         }
         long giveUp = maxDeadline + TimeUnit.SECONDS.toNanos(30);
-        while (record.fired.get() + cancelled < timers && System.nanoTime() < giveUp) {
+        while (record.fired.get() + cancels.done < timers && System.nanoTime() < giveUp) {
             Thread.sleep(5);
         }
         long wall = System.nanoTime() - started;
@@ -255,13 +237,13 @@ public final class NettyBench {
         long fired = 0, ranAfterCancel = 0;
         for (int w = 0; w < record.seen.length; w++) {
             fired += Long.bitCount(record.seen[w]);
-            ranAfterCancel += Long.bitCount(record.seen[w] & cancelledBits[w]);
+            ranAfterCancel += Long.bitCount(record.seen[w] & cancels.bits[w]);
         }
         System.out.println("scheduled " + timers);
         System.out.println("schedule_ns " + scheduleNs);
-        System.out.println("cancel_calls " + cancelCalls);
-        System.out.println("cancel_ns " + cancelNs);
-        System.out.println("cancelled " + cancelled);
+        System.out.println("cancel_calls " + cancels.calls);
+        System.out.println("cancel_ns " + cancels.nanos);
+        System.out.println("cancelled " + cancels.done);
         System.out.println("fired " + fired);
         System.out.println("duplicates " + record.duplicates);
         System.out.println("early " + record.early);
@@ -273,6 +255,30 @@ public final class NettyBench {
         System.out.println("wall_ns " + wall);
         printSamples("lateness", record.lateness, record.latenessCount);
         printSamples("blocked", record.blocked, record.blockedCount);
+    }
+
+    /** The rpc scenario's cancels: counts, time, and which timers were cancelled. */
+    static final class Cancels {
+        long calls, done, nanos;
+        final long[] bits;
+
+        Cancels(int timers) {
+            bits = new long[(timers + 63) / 64];
+        }
+
+        /** Cancels every timeout of a batch; index k of `indices` is timeout k's timer number. */
+        void cancelAll(List<Timeout> timeouts, List<Integer> indices) {
+            long c0 = System.nanoTime();
+            for (int k = 0; k < timeouts.size(); k++) {
+                calls++;
+                if (timeouts.get(k).cancel()) {
+                    done++;
+                    int index = indices.get(k);
+                    bits[index >>> 6] |= 1L << (index & 63);
+                }
+            }
+            nanos += System.nanoTime() - c0;
+        }
     }
 
     static long[] gcTotals() {
