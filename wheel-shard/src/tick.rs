@@ -66,28 +66,13 @@ impl<'a> TickLoop<'a> {
             self.expire(now);
             self.publish();
             let ring_waits = !shard.ring.is_empty();
-            let due = self.wheel.next_expiration().is_some_and(|t| t <= now);
-            if (ring_waits && may_transfer) || due {
+            let next = self.wheel.next_expiration();
+            if (ring_waits && may_transfer) || next.is_some_and(|t| t <= now) {
                 continue;
             }
-            self.sleep(now, self.wake_tick(now, touched, ring_waits), ring_waits);
+            self.sleep(now, wake_tick(next, now, touched, ring_waits), ring_waits);
         }
         self.hand_back()
-    }
-
-    /// The tick to sleep until ([`IDLE`]: until woken): the next due slot, or sooner.
-    fn wake_tick(&self, now: u64, touched: bool, ring_waits: bool) -> u64 {
-        let mut wake = self.wheel.next_expiration().unwrap_or(IDLE);
-        if touched {
-            // Cancels are arriving: look again soon instead of being woken by each one, so a
-            // steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
-            wake = wake.min(now.saturating_add(CLEANUP_TICKS));
-        }
-        if ring_waits {
-            // This tick's transfer budget is spent: the rest waits for the next tick.
-            wake = wake.min(now.saturating_add(1));
-        }
-        wake
     }
 
     /// Sleeps until tick `wake`, unless work arrived while it was deciding to.
@@ -257,6 +242,21 @@ impl<'a> TickLoop<'a> {
         self.publish();
         unfired
     }
+}
+
+/// The tick to sleep until ([`IDLE`]: until woken): the wheel's next due slot `next`, or sooner.
+fn wake_tick(next: Option<u64>, now: u64, touched: bool, ring_waits: bool) -> u64 {
+    let mut wake = next.unwrap_or(IDLE);
+    if touched {
+        // Cancels are arriving: look again soon instead of being woken by each one, so a
+        // steady stream costs one wake-up per CLEANUP_TICKS, not one per cancel.
+        wake = wake.min(now.saturating_add(CLEANUP_TICKS));
+    }
+    if ring_waits {
+        // This tick's transfer budget is spent: the rest waits for the next tick.
+        wake = wake.min(now.saturating_add(1));
+    }
+    wake
 }
 
 /// Takes one timer back from the service at shutdown: `Some` unless it was cancelled.
