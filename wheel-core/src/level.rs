@@ -8,31 +8,74 @@
 //! tick's slot: a level never wraps, and finding the next due slot is one masked
 //! `trailing_zeros` on the level's occupancy bitmap.
 
-use crate::slab::{Slab, NIL};
+use crate::slab::Slab;
 
-/// One slot: the slab indices of its entries in arrival order. A removed entry leaves a
-/// tombstone (`NIL`) so no other entry moves and the order stays FIFO; tombstones go when the
-/// slot empties or when they outnumber the live entries. An array rather than an intrusive
-/// list because walking it issues independent loads: a cascade over cold entries overlaps its
-/// cache misses instead of paying them one after another along a chain of `next` pointers.
+/// One slot: the slab indices of its entries in arrival order, FIFO.
+///
+/// Removing an entry does not touch the array (that would be a second cache miss beside the
+/// node's): the reference stays behind, *stale*, and is skipped when the slot is walked. A
+/// reference at position `p` of slot `s` on level `l` is live exactly when its node says it is
+/// at `(l, s, p)`. A freed node says `VACANT`; a node reused into another slot names that slot;
+/// a node reused into this same slot sits at a later position, because positions are never
+/// handed out twice while stale references remain (the array only grows until it is cleared,
+/// taken, or compacted, and each of those drops the stale references). Stale references go
+/// when the slot empties, and are compacted away once they outnumber the live ones.
+///
+/// An array rather than an intrusive list because walking it issues independent loads: a
+/// cascade over cold entries overlaps its cache misses instead of paying them one after
+/// another along a chain of `next` pointers.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SlotList {
     items: Vec<u32>,
-    /// Entries before `head` were handed out already.
+    /// References before `head` were handed out already.
     head: u32,
     live: u32,
 }
 
+/// How far ahead of the entry in hand a slot walk prefetches nodes: enough to overlap the
+/// misses of a few entries, few enough that the prefetched lines are still in L1 when used.
+const LOOKAHEAD: usize = 24;
+
 /// `2^bits` slot lists and a bitmap of the non-empty ones.
 #[derive(Clone)]
 pub(crate) struct Level {
+    /// This level's number, which nodes on it record.
+    number: u8,
     lists: Box<[SlotList]>,
     occupied: Box<[u64]>,
 }
 
+/// A slot's references, taken out whole by [`Level::take`] for a cascade.
+pub(crate) struct Taken {
+    items: Vec<u32>,
+    level: u8,
+    slot: u16,
+    head: usize,
+}
+
+impl Taken {
+    /// The next live node, in order, prefetching ahead. A node relinked elsewhere stops saying
+    /// it is here, but its reference here has been passed by then: a node's latest place in a
+    /// slot is its last reference there.
+    pub(crate) fn next_live<T>(&mut self, slab: &Slab<T>) -> Option<u32> {
+        while let Some(&index) = self.items.get(self.head) {
+            let pos = self.head;
+            self.head += 1;
+            if let Some(&ahead) = self.items.get(pos + LOOKAHEAD) {
+                slab.prefetch(ahead);
+            }
+            if slab.is_at(index, self.level, self.slot, pos as u32) {
+                return Some(index);
+            }
+        }
+        None
+    }
+}
+
 impl Level {
-    pub(crate) fn new(slots: usize) -> Self {
+    pub(crate) fn new(number: usize, slots: usize) -> Self {
         Level {
+            number: number as u8,
             lists: (0..slots).map(|_| SlotList::default()).collect(),
             occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
         }
@@ -51,37 +94,39 @@ impl Level {
         }
     }
 
-    /// Appends node `index` to `slot`.
+    /// Appends node `index` to `slot` and records where it is.
     pub(crate) fn push_back<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
         let list = &mut self.lists[slot];
         if list.live == 0 {
             self.occupied[slot / 64] |= 1 << (slot % 64);
         }
-        slab.node_mut(index).pos = list.items.len() as u32;
+        slab.place(index, self.number, slot as u16, list.items.len() as u32);
         list.items.push(index);
         list.live += 1;
     }
 
-    /// Takes node `index` out of `slot`, leaving a tombstone.
-    pub(crate) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
+    /// Counts one of `slot`'s entries gone (its node no longer says it is here). Its reference
+    /// stays, stale, until the slot empties or is compacted.
+    pub(crate) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize) {
         let list = &mut self.lists[slot];
-        let pos = slab.node(index).pos as usize;
-        debug_assert_eq!(list.items[pos], index, "node's position is stale");
-        list.items[pos] = NIL;
         list.live -= 1;
         if list.live == 0 {
             self.empty(slot);
-        } else if list.items.len() > 2 * list.live as usize + 32 {
-            compact(list, slab);
+        } else if list.items.len() - list.head as usize > 2 * list.live as usize + 32 {
+            compact(list, slab, self.number, slot as u16);
         }
     }
 
-    /// Takes the first entry of `slot`, if any.
-    pub(crate) fn pop_front(&mut self, slot: usize) -> Option<u32> {
+    /// Takes the first live entry of `slot`, if any.
+    pub(crate) fn pop_front<T>(&mut self, slab: &Slab<T>, slot: usize) -> Option<u32> {
         let list = &mut self.lists[slot];
         while let Some(&index) = list.items.get(list.head as usize) {
+            let pos = list.head;
             list.head += 1;
-            if index != NIL {
+            if let Some(&ahead) = list.items.get(pos as usize + LOOKAHEAD) {
+                slab.prefetch(ahead);
+            }
+            if slab.is_at(index, self.number, slot as u16, pos) {
                 list.live -= 1;
                 if list.live == 0 {
                     self.empty(slot);
@@ -92,21 +137,26 @@ impl Level {
         None
     }
 
-    /// Empties `slot`, handing over its entries (tombstones included, as `NIL`). Give the
-    /// vector back with [`Level::restore`] so its capacity is reused.
-    pub(crate) fn take(&mut self, slot: usize) -> Vec<u32> {
+    /// Empties `slot`, handing over its references. Give the vector back with
+    /// [`Level::restore`] so its capacity is reused.
+    pub(crate) fn take(&mut self, slot: usize) -> Taken {
         let list = &mut self.lists[slot];
-        let mut items = std::mem::take(&mut list.items);
-        items.drain(..list.head as usize);
+        let taken = Taken {
+            items: std::mem::take(&mut list.items),
+            level: self.number,
+            slot: slot as u16,
+            head: list.head as usize,
+        };
         list.head = 0;
         list.live = 0;
         self.occupied[slot / 64] &= !(1 << (slot % 64));
-        items
+        taken
     }
 
     /// Returns the vector [`Level::take`] handed over, to keep its allocation.
-    pub(crate) fn restore(&mut self, slot: usize, mut items: Vec<u32>) {
-        let list = &mut self.lists[slot];
+    pub(crate) fn restore(&mut self, taken: Taken) {
+        let list = &mut self.lists[taken.slot as usize];
+        let mut items = taken.items;
         if list.items.capacity() < items.capacity() && list.items.is_empty() {
             items.clear();
             list.items = items;
@@ -121,17 +171,21 @@ impl Level {
     }
 }
 
-/// Drops a slot's tombstones, keeping the order of the live entries and their positions right.
-fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>) {
+/// Drops a slot's stale references, keeping the live ones in order and their positions right.
+fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>, level: u8, slot: u16) {
     let mut kept = 0;
-    for i in list.head as usize..list.items.len() {
-        let index = list.items[i];
-        if index != NIL {
-            slab.node_mut(index).pos = kept as u32;
+    for pos in list.head as usize..list.items.len() {
+        if let Some(&ahead) = list.items.get(pos + LOOKAHEAD) {
+            slab.prefetch(ahead);
+        }
+        let index = list.items[pos];
+        if slab.is_at(index, level, slot, pos as u32) {
+            slab.place(index, level, slot, kept as u32);
             list.items[kept] = index;
             kept += 1;
         }
     }
+    debug_assert_eq!(kept, list.live as usize);
     list.items.truncate(kept);
     list.head = 0;
 }
@@ -206,7 +260,7 @@ mod tests {
 
     #[test]
     fn bitmap_search_spans_words() {
-        let mut level = Level::new(256);
+        let mut level = Level::new(0, 256);
         let mut slab = Slab::with_capacity(2);
         let a = slab.insert(0, ()).index();
         let b = slab.insert(0, ()).index();
@@ -216,9 +270,10 @@ mod tests {
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);
-        level.unlink(&mut slab, 200, a);
+        slab.free(a);
+        level.unlink(&mut slab, 200);
         assert_eq!(level.next_occupied(4), None);
-        assert_eq!(level.pop_front(3), Some(b));
+        assert_eq!(level.pop_front(&slab, 3), Some(b));
         assert_eq!(level.next_occupied(0), None);
     }
 }

@@ -1,8 +1,8 @@
 //! Entry storage: chunks of nodes that never move, a free list threaded through the vacant
 //! ones, and a generation per node so stale keys are caught.
 //!
-//! A node records its position in its slot's array (`pos`), so removal is O(1); while vacant,
-//! `pos` links the free list. So a
+//! A node records where it is (level, slot, position in the slot's array), which is what tells
+//! a live slot reference from a stale one; while vacant, `pos` links the free list. So a
 //! node's whole bookkeeping is 24 bytes beside the payload and an insert after warm-up allocates
 //! nothing.
 
@@ -173,6 +173,49 @@ impl<T> Slab<T> {
         (from as usize..self.created)
             .map(|i| i as u32)
             .find(|&i| self.node(i).level != VACANT)
+    }
+
+    /// Records that live node `index` is at position `pos` of `slot` on `level`.
+    pub(crate) fn place(&mut self, index: u32, level: u8, slot: u16, pos: u32) {
+        let node = self.node_mut(index);
+        node.level = level;
+        node.slot = slot;
+        node.pos = pos;
+    }
+
+    /// Makes live node `index` forget its position, so no slot reference to it is live, and
+    /// returns the (level, slot) it was in.
+    pub(crate) fn detach(&mut self, index: u32) -> (u8, u16) {
+        let node = self.node_mut(index);
+        node.pos = NIL;
+        (node.level, node.slot)
+    }
+
+    /// Whether node `index` is live at position `pos` of `slot` on `level`: what tells a live
+    /// slot reference from a stale one.
+    pub(crate) fn is_at(&self, index: u32, level: u8, slot: u16, pos: u32) -> bool {
+        let node = self.node(index);
+        node.pos == pos && node.slot == slot && node.level == level
+    }
+
+    /// Asks the CPU to start loading node `index` into cache: a slot walk calls this a few
+    /// entries ahead so the misses of cold nodes overlap instead of queueing.
+    #[inline]
+    pub(crate) fn prefetch(&self, index: u32) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(node) = self
+            .chunks
+            .get((index >> CHUNK_BITS) as usize)
+            .and_then(|chunk| chunk.get((index & CHUNK_MASK) as usize))
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch is only a hint: it never faults and changes no memory, and the
+            // address is a live reference anyway. SSE, which the instruction belongs to, is part
+            // of the x86_64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>((node as *const Node<T>).cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = index;
     }
 
     pub(crate) fn node(&self, index: u32) -> &Node<T> {

@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::key::{StaleKey, TimerKey};
 use crate::level::{Geometry, Level};
-use crate::slab::{Node, Slab, NIL};
+use crate::slab::{Node, Slab};
 
 /// An entry handed out by [`Wheel::poll`], [`Wheel::advance`] or [`Wheel::drain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl<T> Wheel<T> {
     fn build(geometry: Geometry, capacity: usize) -> Self {
         Wheel {
             levels: (0..geometry.levels())
-                .map(|_| Level::new(geometry.slots()))
+                .map(|number| Level::new(number, geometry.slots()))
                 .collect(),
             slab: Slab::with_capacity(capacity),
             geometry,
@@ -269,16 +269,14 @@ impl<T> Wheel<T> {
             let level = self.geometry.level_for(self.now, deadline);
             (level, self.geometry.slot_for(level, deadline))
         };
-        let node = self.slab.node_mut(index);
-        node.level = level as u8;
-        node.slot = slot as u16;
         self.levels[level].push_back(&mut self.slab, slot, index);
     }
 
+    /// Takes node `index` out of its slot: the node forgets its place first, so its reference
+    /// there reads as stale (see `SlotList`) and the array itself is not touched.
     fn unlink(&mut self, index: u32) {
-        let node = self.slab.node(index);
-        let (level, slot) = (node.level as usize, node.slot as usize);
-        self.levels[level].unlink(&mut self.slab, slot, index);
+        let (level, slot) = self.slab.detach(index);
+        self.levels[level as usize].unlink(&mut self.slab, slot as usize);
     }
 
     /// The earliest occupied slot as (level, slot, first tick). Lower levels are always due
@@ -292,17 +290,19 @@ impl<T> Wheel<T> {
     }
 
     fn pop_expired(&mut self, slot: usize) -> Entry<T> {
-        let index = self.levels[0].pop_front(slot).expect("occupied slot");
+        let index = self.levels[0]
+            .pop_front(&self.slab, slot)
+            .expect("occupied slot");
         self.slab.take(index)
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
     fn cascade(&mut self, level: usize, slot: usize) {
-        let items = self.levels[level].take(slot);
-        for &index in items.iter().filter(|&&i| i != NIL) {
+        let mut taken = self.levels[level].take(slot);
+        while let Some(index) = taken.next_live(&self.slab) {
             self.link(index);
         }
-        self.levels[level].restore(slot, items);
+        self.levels[level].restore(taken);
     }
 }
 

@@ -393,6 +393,52 @@ fn many_entries_in_one_slot_keep_fifo_order() {
     assert_eq!(due(&mut wheel, 123_456), expected);
 }
 
+/// Removed entries leave stale references in their slot's array until it is walked or
+/// compacted, and their nodes are reused at once, often into the same slot. Heavy churn on a
+/// few slots (compactions, reuse into the slot a node just left, reschedules within a slot)
+/// must still hand out exactly the live entries, each once, FIFO within a deadline.
+#[test]
+fn churn_through_stale_references_loses_and_duplicates_nothing() {
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut wheel = Wheel::new();
+    let deadlines = [3u64, 70, 5_000, 300_000];
+    // (deadline, serial) -> key; BTreeMap order is the expected hand-out order.
+    let mut live = std::collections::BTreeMap::new();
+    let mut serial = 0u64;
+    for round in 0..40 {
+        for _ in 0..500 {
+            let deadline = deadlines[next(4) as usize];
+            let key = wheel.insert(deadline, (deadline, serial));
+            live.insert((deadline, serial), key);
+            serial += 1;
+        }
+        let picks: Vec<_> = live.keys().copied().filter(|_| next(10) < 7).collect();
+        for (deadline, s) in picks {
+            let key = live.remove(&(deadline, s)).unwrap();
+            if next(4) == 0 {
+                // Same deadline: to the back of the same slot, under a new serial.
+                wheel.reschedule(key, deadline).unwrap();
+                *wheel.get_mut(key).unwrap() = (deadline, serial);
+                live.insert((deadline, serial), key);
+                serial += 1;
+            } else {
+                assert_eq!(wheel.remove(key), Some((deadline, s)), "round {round}");
+            }
+        }
+        assert_eq!(wheel.len(), live.len());
+    }
+    let out: Vec<_> = wheel.advance(u64::MAX).map(|e| e.value).collect();
+    let expected: Vec<_> = live.keys().copied().collect();
+    assert_eq!(out, expected);
+    assert!(wheel.is_empty());
+}
+
 #[test]
 fn fifo_within_a_tick_across_insert_times() {
     let mut wheel = Wheel::new();
