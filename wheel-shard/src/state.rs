@@ -97,6 +97,12 @@ impl TimerCell {
     }
 
     /// Tick thread: the wheel key of this slot's timer, if it is in the wheel.
+    /// Loads the cell's first cache line and throws the value away: the tick thread calls this
+    /// for a batch of cells before working on any, so their misses overlap.
+    pub(crate) fn warm(&self) {
+        std::hint::black_box(self.word.load(Ordering::Relaxed));
+    }
+
     pub(crate) fn wheel_key(&self) -> Option<u64> {
         let key = self.wheel_key.load(Ordering::Relaxed);
         (key != NO_WHEEL_KEY).then_some(key)

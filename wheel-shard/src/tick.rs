@@ -27,6 +27,13 @@ const ROOM_SIGNAL_EVERY: usize = 1024;
 /// Ring commands moved between two looks for due timers (a few hundred microseconds of work).
 const TRANSFER_CHUNK: usize = 2048;
 
+/// Timers taken from the ring or the wheel at a time, their cells warmed together before any
+/// is worked on. Each cell is a cache miss (a producer on another core wrote it, or it went
+/// cold while the timer waited); touching a batch first lets those misses overlap instead of
+/// stalling the loop one by one. Profiling the 1 M-timer bench showed three quarters of the
+/// tick loop's own time waiting on that one load in `expire`.
+const WARM_BATCH: usize = 32;
+
 pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
@@ -36,6 +43,9 @@ pub(crate) struct TickLoop<'a> {
     /// The tick the transfer budget is counted for, and what is left of it.
     budget_tick: u64,
     budget_left: usize,
+    /// Scratch for one warm batch each way, kept to reuse the allocation.
+    incoming: Vec<Armed>,
+    due: Vec<Armed>,
 }
 
 impl<'a> TickLoop<'a> {
@@ -49,6 +59,8 @@ impl<'a> TickLoop<'a> {
             batch: core.config.transfer_batch,
             budget_tick: 0,
             budget_left: core.config.transfer_batch,
+            incoming: Vec::with_capacity(WARM_BATCH),
+            due: Vec::with_capacity(WARM_BATCH),
         }
     }
 
@@ -103,20 +115,38 @@ impl<'a> TickLoop<'a> {
             self.budget_left = self.batch;
         }
         let limit = self.budget_left.min(TRANSFER_CHUNK);
-        let mut moved = 0;
+        let ring = &self.shard.ring;
+        let mut incoming = std::mem::take(&mut self.incoming);
+        let (mut moved, mut unsignalled) = (0, 0);
         while moved < limit {
-            let Some(armed) = self.shard.ring.pop() else {
+            incoming.extend(std::iter::from_fn(|| ring.pop()).take(WARM_BATCH.min(limit - moved)));
+            if incoming.is_empty() {
                 break;
-            };
-            self.admit(armed);
-            moved += 1;
-            if moved % ROOM_SIGNAL_EVERY == 0 {
+            }
+            moved += incoming.len();
+            unsignalled += incoming.len();
+            self.warm(incoming.iter().map(|armed| armed.slot));
+            for armed in incoming.drain(..) {
+                self.admit(armed);
+            }
+            if unsignalled >= ROOM_SIGNAL_EVERY {
+                unsignalled = 0;
                 self.shard.signal_room();
             }
         }
+        self.incoming = incoming;
         self.budget_left -= moved;
         self.shard.signal_room();
         self.budget_left > 0
+    }
+
+    /// Touches the cells of `slots` so their cache misses overlap (see [`WARM_BATCH`]).
+    fn warm(&self, slots: impl Iterator<Item = u32>) {
+        for slot in slots {
+            if let Some(cell) = self.shard.table.cell(slot) {
+                cell.warm();
+            }
+        }
     }
 
     /// Applies every notice; `true` when any was a cancel or an earlier deadline.
@@ -174,50 +204,68 @@ impl<'a> TickLoop<'a> {
     /// expiries never keeps the ring from being drained for long; the loop comes straight back
     /// while more are due.
     fn expire(&mut self, now: u64) {
-        let mut handed = 0;
-        for _ in 0..EXPIRE_BATCH {
-            let Some(entry) = self.wheel.poll(now) else {
+        let mut due = std::mem::take(&mut self.due);
+        let (mut polled, mut handed) = (0, 0);
+        while polled < EXPIRE_BATCH {
+            let take = WARM_BATCH.min(EXPIRE_BATCH - polled);
+            due.extend(
+                std::iter::from_fn(|| self.wheel.poll(now))
+                    .map(|entry| entry.value)
+                    .take(take),
+            );
+            if due.is_empty() {
                 break;
-            };
-            let armed = entry.value;
-            let cell = self.cell(armed.slot);
-            cell.set_wheel_key(None);
-            let run = match cell.expire(armed.gen, now) {
-                Expiry::Fire(deadline) => {
-                    self.shard.limit.release();
-                    self.shard.table.recycle(armed.slot);
-                    Run {
-                        job: armed.job,
-                        deadline,
-                        repeat: None,
-                    }
+            }
+            polled += due.len();
+            self.warm(due.iter().map(|armed| armed.slot));
+            for armed in due.drain(..) {
+                if let Some(run) = self.expire_one(armed, now) {
+                    self.core.executor.submit(self.shard.index, run);
+                    handed += 1;
                 }
-                Expiry::FireRepeating(deadline) => Run {
-                    repeat: Some(Repeat {
-                        shard: self.shard.index,
-                        slot: armed.slot,
-                        gen: armed.gen,
-                    }),
+            }
+        }
+        self.due = due;
+        self.core.executor.notify(handed);
+    }
+
+    /// One timer the wheel handed out: the run to give the executor, or `None` when it was
+    /// cancelled on the way or has moved to a later deadline (then it is back in the wheel).
+    fn expire_one(&mut self, armed: Armed, now: u64) -> Option<Run> {
+        let cell = self.cell(armed.slot);
+        cell.set_wheel_key(None);
+        match cell.expire(armed.gen, now) {
+            Expiry::Fire(deadline) => {
+                self.shard.limit.release();
+                self.shard.table.recycle(armed.slot);
+                Some(Run {
                     job: armed.job,
                     deadline,
-                },
-                Expiry::Later(deadline) => {
-                    self.insert(deadline, armed);
-                    continue;
-                }
-                Expiry::Busy => {
-                    self.insert(now + 1, armed);
-                    continue;
-                }
-                Expiry::Cancelled => {
-                    self.shard.end_cancelled(armed.slot);
-                    continue;
-                }
-            };
-            self.core.executor.submit(self.shard.index, run);
-            handed += 1;
+                    repeat: None,
+                })
+            }
+            Expiry::FireRepeating(deadline) => Some(Run {
+                repeat: Some(Repeat {
+                    shard: self.shard.index,
+                    slot: armed.slot,
+                    gen: armed.gen,
+                }),
+                job: armed.job,
+                deadline,
+            }),
+            Expiry::Later(deadline) => {
+                self.insert(deadline, armed);
+                None
+            }
+            Expiry::Busy => {
+                self.insert(now + 1, armed);
+                None
+            }
+            Expiry::Cancelled => {
+                self.shard.end_cancelled(armed.slot);
+                None
+            }
         }
-        self.core.executor.notify(handed);
     }
 
     fn publish(&self) {
