@@ -7,6 +7,8 @@
 //! each chunk's changes untimed, so every operation runs at about N pending. Deadlines are
 //! uniform over 1..=10 000 ticks of 1 ms (10 s) past the clock, drawn from a fixed seed; keys to
 //! remove or reschedule are picked in a shuffled order, so they hit the slab at random places.
+//! `remove_oldest` removes the longest-pending entry each time instead: the pattern of request
+//! deadlines, which are mostly cancelled in about the order they were set.
 //!
 //! `DelayQueue` runs on a current-thread tokio runtime with a paused clock: awaiting its next
 //! entry moves the clock straight to the next deadline, as `Wheel::next_expiration` does here.
@@ -36,17 +38,27 @@ const SEED: u64 = 0x5EED;
 enum Op {
     Insert,
     Remove,
+    RemoveOldest,
     Reschedule,
     Expire,
 }
 
 impl Op {
-    const ALL: [Op; 4] = [Op::Insert, Op::Remove, Op::Reschedule, Op::Expire];
+    /// `RemoveOldest` runs first, while positions are still in insertion order (the shuffled
+    /// operations re-insert positions at random).
+    const ALL: [Op; 5] = [
+        Op::RemoveOldest,
+        Op::Insert,
+        Op::Remove,
+        Op::Reschedule,
+        Op::Expire,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Op::Insert => "insert",
             Op::Remove => "remove",
+            Op::RemoveOldest => "remove_oldest",
             Op::Reschedule => "reschedule",
             Op::Expire => "expire",
         }
@@ -69,6 +81,9 @@ struct Book<K> {
     /// A random permutation of positions: the order keys are picked in.
     order: Vec<u32>,
     cursor: usize,
+    /// The next position in insertion order, for `remove_oldest`: each chunk re-inserts the
+    /// positions it removed, so position `oldest` always holds the longest-pending entry.
+    oldest: usize,
     rng: SmallRng,
     /// Scratch, reused by every chunk so that no chunk allocates.
     positions: Vec<u32>,
@@ -85,6 +100,7 @@ impl<K: Copy> Book<K> {
             keys: Vec::with_capacity(n),
             order,
             cursor: 0,
+            oldest: 0,
             rng,
             positions: Vec::new(),
             picked: Vec::new(),
@@ -96,16 +112,24 @@ impl<K: Copy> Book<K> {
         self.rng.random_range(1..=SPAN)
     }
 
-    /// Draws `count` delays, and picks the next `count` positions and their keys.
-    fn prepare(&mut self, count: usize) {
+    /// Draws `count` delays, and picks the next `count` positions (shuffled, or oldest first)
+    /// and their keys.
+    fn prepare(&mut self, count: usize, oldest_first: bool) {
         self.delays.clear();
         self.positions.clear();
         self.picked.clear();
         for _ in 0..count {
             let delay = self.delay();
             self.delays.push(delay);
-            let position = self.order[self.cursor];
-            self.cursor = (self.cursor + 1) % self.order.len();
+            let position = if oldest_first {
+                let position = self.oldest as u32;
+                self.oldest = (self.oldest + 1) % self.order.len();
+                position
+            } else {
+                let position = self.order[self.cursor];
+                self.cursor = (self.cursor + 1) % self.order.len();
+                position
+            };
             self.positions.push(position);
             self.picked.push(self.keys[position as usize]);
         }
@@ -140,7 +164,7 @@ impl Fixture for WheelFixture {
     }
 
     fn run_chunk(&mut self, op: Op, count: usize) -> Duration {
-        self.book.prepare(count);
+        self.book.prepare(count, matches!(op, Op::RemoveOldest));
         let now = self.wheel.now();
         let (wheel, book) = (&mut self.wheel, &mut self.book);
         match op {
@@ -155,7 +179,7 @@ impl Fixture for WheelFixture {
                 }
                 elapsed
             }
-            Op::Remove => {
+            Op::Remove | Op::RemoveOldest => {
                 let start = Instant::now();
                 for &key in &book.picked {
                     black_box(wheel.remove(key));
@@ -241,7 +265,7 @@ impl Fixture for QueueFixture {
     }
 
     fn run_chunk(&mut self, op: Op, count: usize) -> Duration {
-        self.book.prepare(count);
+        self.book.prepare(count, matches!(op, Op::RemoveOldest));
         let _context = self.runtime.enter();
         let now = tokio::time::Instant::now();
         let (queue, book) = (&mut self.queue, &mut self.book);
@@ -258,7 +282,7 @@ impl Fixture for QueueFixture {
                 }
                 elapsed
             }
-            Op::Remove => {
+            Op::Remove | Op::RemoveOldest => {
                 let start = Instant::now();
                 for key in &book.picked {
                     black_box(queue.remove(key));
