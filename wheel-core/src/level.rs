@@ -194,9 +194,22 @@ fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>, level: u8, slot: u16) {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Geometry {
     pub(crate) bits: u32,
+    /// The level of each bit position of a tick: `bit / bits`, looked up because placing an
+    /// entry is on every insert and cascade, and a division by a runtime value is not cheap.
+    level_of_bit: [u8; 64],
 }
 
 impl Geometry {
+    pub(crate) const fn new(bits: u32) -> Self {
+        let mut level_of_bit = [0; 64];
+        let mut bit = 0;
+        while bit < 64 {
+            level_of_bit[bit] = (bit as u32 / bits) as u8;
+            bit += 1;
+        }
+        Geometry { bits, level_of_bit }
+    }
+
     /// Enough levels that every `u64` tick has a level: no overflow list is needed.
     pub(crate) fn levels(self) -> usize {
         (63 / self.bits + 1) as usize
@@ -219,7 +232,7 @@ impl Geometry {
     /// digit in which they differ.
     pub(crate) fn level_for(self, now: u64, deadline: u64) -> usize {
         let significant = 63 - ((now ^ deadline) | (self.slots() as u64 - 1)).leading_zeros();
-        (significant / self.bits) as usize
+        self.level_of_bit[significant as usize] as usize
     }
 
     /// The first tick of `slot` on `level`, in the rotation that contains `now`.
@@ -238,7 +251,7 @@ impl Geometry {
 mod tests {
     use super::*;
 
-    const G: Geometry = Geometry { bits: 6 };
+    const G: Geometry = Geometry::new(6);
 
     #[test]
     fn default_geometry_covers_u64() {

@@ -143,10 +143,10 @@ impl<T> Slab<T> {
 
     /// Frees a live node (already unlinked) and hands out its entry under the key it had.
     pub(crate) fn take(&mut self, index: u32) -> Entry<T> {
-        let key = self.key_of(index);
-        let deadline = self.node(index).deadline;
+        let node = self.node(index);
+        let (generation, deadline) = (node.generation, node.deadline);
         Entry {
-            key,
+            key: TimerKey { index, generation },
             deadline,
             value: self.free(index),
         }
@@ -159,13 +159,6 @@ impl<T> Slab<T> {
             .get((key.index >> CHUNK_BITS) as usize)?
             .get((key.index & CHUNK_MASK) as usize)?;
         (node.generation == key.generation && node.level != VACANT).then_some(key.index)
-    }
-
-    pub(crate) fn key_of(&self, index: u32) -> TimerKey {
-        TimerKey {
-            index,
-            generation: self.node(index).generation,
-        }
     }
 
     /// The first live node at or after `from`.

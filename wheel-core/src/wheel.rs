@@ -84,7 +84,7 @@ impl<T> Wheel<T> {
 
     /// An empty wheel at tick 0 with [`Wheel::DEFAULT_SLOTS`] slots per level.
     pub fn new() -> Self {
-        Self::build(Geometry { bits: 6 }, 0)
+        Self::build(Geometry::new(6), 0)
     }
 
     /// An empty wheel at tick 0 with `slots` slots per level, rounded up to a power of two
@@ -100,7 +100,7 @@ impl<T> Wheel<T> {
             return Err(InvalidSlots(slots));
         }
         let bits = slots.next_power_of_two().trailing_zeros().max(1);
-        Ok(Self::build(Geometry { bits }, 0))
+        Ok(Self::build(Geometry::new(bits), 0))
     }
 
     fn build(geometry: Geometry, capacity: usize) -> Self {
@@ -217,6 +217,14 @@ impl<T> Wheel<T> {
     /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
     /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
     pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
+        let slot = self.due_slot(now)?;
+        Some(self.pop_expired(slot))
+    }
+
+    /// The level-0 slot to hand out from next if one is due by `now`, after cascading every
+    /// higher slot due before it; the clock moves to that slot's tick, or to `now` when
+    /// nothing is due.
+    fn due_slot(&mut self, now: u64) -> Option<usize> {
         // Entries due in the past wait in the slot starting at the clock: a `now` below the
         // clock must still reach them.
         let now = now.max(self.now);
@@ -227,7 +235,7 @@ impl<T> Wheel<T> {
             };
             self.now = self.now.max(start);
             if level == 0 {
-                return Some(self.pop_expired(slot));
+                return Some(slot);
             }
             self.cascade(level, slot);
         }
@@ -247,7 +255,11 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.advance(100).count(), 6);
     /// ```
     pub fn advance(&mut self, now: u64) -> Advance<'_, T> {
-        Advance { wheel: self, now }
+        Advance {
+            wheel: self,
+            now,
+            draining: None,
+        }
     }
 
     /// Removes and hands out every live entry, due or not, in slab order (for shutdown). The
@@ -310,13 +322,23 @@ impl<T> Wheel<T> {
 pub struct Advance<'a, T> {
     wheel: &'a mut Wheel<T>,
     now: u64,
+    /// The due level-0 slot being handed out. Nothing else can touch the wheel while the
+    /// iterator lives, so it stays the earliest due slot until it is empty: no search per entry.
+    draining: Option<usize>,
 }
 
 impl<T> Iterator for Advance<'_, T> {
     type Item = Entry<T>;
 
     fn next(&mut self) -> Option<Entry<T>> {
-        self.wheel.poll(self.now)
+        let wheel = &mut *self.wheel;
+        if let Some(slot) = self.draining {
+            if let Some(index) = wheel.levels[0].pop_front(&wheel.slab, slot) {
+                return Some(wheel.slab.take(index));
+            }
+        }
+        self.draining = wheel.due_slot(self.now);
+        self.draining.map(|slot| wheel.pop_expired(slot))
     }
 }
 

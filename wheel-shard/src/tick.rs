@@ -208,11 +208,7 @@ impl<'a> TickLoop<'a> {
         let (mut polled, mut handed) = (0, 0);
         while polled < EXPIRE_BATCH {
             let take = WARM_BATCH.min(EXPIRE_BATCH - polled);
-            due.extend(
-                std::iter::from_fn(|| self.wheel.poll(now))
-                    .map(|entry| entry.value)
-                    .take(take),
-            );
+            due.extend(self.wheel.advance(now).take(take).map(|entry| entry.value));
             if due.is_empty() {
                 break;
             }
