@@ -74,18 +74,14 @@ pub fn system_named(name: &str) -> Result<Box<dyn System>, String> {
 pub fn run_child(options: &Options, spec: &ChildSpec, work_dir: &Path) -> Result<String, String> {
     let system = system_named(&spec.system)?;
     let progress = crate::progress::Progress::new(options.quiet);
-    let plan = Plan {
-        scenario: spec.scenario,
-        timers: spec.timers,
-        spread: spec.spread,
-        producers: options.producers,
-        seed: options.seed,
-        idle_for: options.idle_for,
-        config: &options.config,
+    let plan = Plan::new(
+        options,
+        spec.scenario,
+        spec.timers,
+        spec.spread,
         work_dir,
-        jvm_warmup_rounds: options.jvm_warmup_rounds,
-        progress: &progress,
-    };
+        &progress,
+    );
     let mut result = system.run(&plan)?;
     let output = ChildOutput {
         histogram: result.histogram.take().map(|h| encode(&h)).transpose()?,
@@ -143,6 +139,7 @@ fn child_args(options: &Options, work_dir: &Path) -> Vec<String> {
         format!("--seed={}", options.seed),
         format!("--idle-for={}", duration(options.idle_for)),
         format!("--jvm-warmup-rounds={}", options.jvm_warmup_rounds),
+        format!("--warmup-rounds={}", options.warmup_rounds),
         format!("--out={}", work_dir.display()),
     ];
     if let Some(config) = &options.config_file {

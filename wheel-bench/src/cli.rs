@@ -54,6 +54,12 @@ pub struct BenchArgs {
     /// Warm-up rounds of the JVM before Netty's measured round [default: 2; --quick: 1].
     #[arg(long)]
     pub jvm_warmup_rounds: Option<u32>,
+    /// Unmeasured rounds of the same run (timers, spread, scenario, producers) that wheel and
+    /// the Rust peers do on the same instance, in the same process, before the measured round,
+    /// so their memory is warm as a long-running service's is; 0 measures them cold
+    /// [default: 1; --quick: 1].
+    #[arg(long)]
+    pub warmup_rounds: Option<u32>,
     /// Run every system in the calling process instead of one child process per run.
     #[arg(long)]
     pub in_process: bool,
@@ -89,6 +95,7 @@ impl BenchArgs {
             config_file: self.config.clone(),
             quiet: self.quiet,
             jvm_warmup_rounds: self.jvm_warmup_rounds.unwrap_or(base.jvm_warmup_rounds),
+            warmup_rounds: self.warmup_rounds.unwrap_or(base.warmup_rounds),
             ..base
         };
         options.validate()?;
@@ -124,6 +131,8 @@ mod tests {
         );
         assert_eq!(o.scenarios, vec![Scenario::Fire]);
         assert_eq!(o.peers.len(), 4);
+        assert_eq!((o.warmup_rounds, o.jvm_warmup_rounds), (1, 2));
+        assert_eq!(options(&["--warmup-rounds", "0"]).unwrap().warmup_rounds, 0);
     }
 
     #[test]

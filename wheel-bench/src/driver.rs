@@ -10,7 +10,8 @@ use crate::proc;
 use crate::producer::{produce_all, Totals};
 use crate::result::{CpuFigures, MemoryFigures, RunResult};
 use crate::scenario::Scenario;
-use crate::systems::{Plan, Timers};
+use crate::systems::{OwnCounts, Plan, ThreadRoles, Timers};
+use crate::task::SLOW_BLOCK;
 
 /// How long past the last deadline the driver waits for callbacks before it gives up.
 const GRACE: Duration = Duration::from_secs(30);
@@ -20,10 +21,9 @@ const POLL: Duration = Duration::from_millis(20);
 /// deadline.
 const QUIET_PERIOD: Duration = Duration::from_millis(500);
 
-/// Runs `plan` on a fresh `T` and measures it.
+/// Runs `plan` on a fresh `T`: its warm-up rounds, then the measured round.
 pub fn drive<T: Timers>(plan: &Plan<'_>) -> Result<RunResult, String> {
-    let guard = RunGuard::start(plan.timers as usize, plan.scenario == Scenario::Heartbeat);
-    let cpu_before = proc::thread_times();
+    let mut guard = RunGuard::start(plan.timers as usize, plan.scenario == Scenario::Heartbeat);
     let system = T::start(plan.config, &guard.handle())?;
     let mut result = RunResult::new(
         T::NAME,
@@ -36,21 +36,63 @@ pub fn drive<T: Timers>(plan: &Plan<'_>) -> Result<RunResult, String> {
         idle(system, plan, guard, &mut result);
         return Ok(result);
     }
+    // Read before any round: B/timer is what the measured round's pending timers hold over
+    // the started, empty system. Read after a warm-up it would be near zero (the pages are
+    // already resident), which says nothing about the footprint.
     let rss_before = proc::memory().rss;
+    warm_up(&system, plan, &mut guard, &mut result);
+    measure(system, plan, guard, rss_before, &mut result);
+    Ok(result)
+}
+
+/// Runs the plan's warm-up rounds on `system`: the same timers, spread, scenario and
+/// producers, unmeasured. What a round leaves behind is the point — tables and rings grown
+/// to size, the allocator's pages faulted in — but none of its timers, commands or samples:
+/// each round waits until the system holds none of its timers and every callback has
+/// recorded (and a blocking one has returned) before the probe moves to the next round.
+fn warm_up<T: Timers>(system: &T, plan: &Plan<'_>, guard: &mut RunGuard, result: &mut RunResult) {
+    for round in 1..=plan.warmup_rounds {
+        let label = format!(
+            "{} {} warm-up {round}/{}",
+            T::NAME,
+            plan.scenario,
+            plan.warmup_rounds
+        );
+        let totals = produce_all(system, plan, &guard.handle(), &label);
+        if !wait_for_callbacks(system, guard, &totals, plan, &label) {
+            result
+                .problems
+                .push(format!("warm-up round {round}: {}", missing()));
+        }
+        std::thread::sleep(SLOW_BLOCK);
+        guard.next_round();
+    }
+}
+
+/// The measured round: every figure is its own (the probe's samples since the last
+/// [`RunGuard::next_round`], CPU, wake-ups and the system's counts as differences of
+/// snapshots, peak RSS reset at its start), except B/timer's baseline (see [`drive`]).
+fn measure<T: Timers>(
+    system: T,
+    plan: &Plan<'_>,
+    guard: RunGuard,
+    rss_before: u64,
+    result: &mut RunResult,
+) {
+    let before = Snapshot::take(&system);
     if !proc::reset_peak_memory() {
         result
             .notes
             .push("peak RSS is the process's peak (clear_refs refused)".into());
     }
-    let wakeups_before = system.wakeups();
+    let label = format!("{} {}", T::NAME, plan.scenario);
     let started = Instant::now();
-    let totals = produce_all(&system, plan, &guard.handle());
+    let totals = produce_all(&system, plan, &guard.handle(), &label);
     let rss_scheduled = proc::memory().rss;
     let fired_then = guard.fired();
-    let finished_waiting = wait_for_callbacks(&system, &guard, &totals, plan);
+    let finished_waiting = wait_for_callbacks(&system, &guard, &totals, plan, &label);
     result.wall_secs = started.elapsed().as_secs_f64();
-    let cpu_after = proc::thread_times();
-    let wakeups_after = system.wakeups();
+    let after = Snapshot::take(&system);
     let roles = system.threads();
     let finished = system.finish();
     let peak_rss = proc::memory().peak;
@@ -64,69 +106,97 @@ pub fn drive<T: Timers>(plan: &Plan<'_>) -> Result<RunResult, String> {
         &totals,
         fired_then,
     ));
-    result.cpu = cpu_figures(&cpu_before, &cpu_after, roles.timer, roles.executor);
-    result.wakeups = wakeups_before.zip(wakeups_after).map(|(b, a)| a - b);
+    set_usage(result, &before, &after, roles);
     if !finished_waiting {
-        result.problems.push(format!(
-            "callbacks still missing {} s after the last deadline",
-            GRACE.as_secs()
-        ));
+        result.problems.push(missing());
     }
-    count(
-        &mut result,
-        &totals,
-        &samples,
-        finished.unfired,
-        finished.cancelled,
-    );
-    if let Some((fired, cancelled)) = finished.counted {
-        let c = result.counts;
-        if fired != c.fired + c.duplicates || cancelled != c.cancelled {
-            result.problems.push(format!(
-                "the system counts {fired} fired / {cancelled} cancelled, the callbacks {} / {}",
-                c.fired + c.duplicates,
-                c.cancelled
-            ));
-        }
-    }
+    let own = finished.counts.since(before.own);
+    count(result, &totals, &samples, finished.unfired, own.cancelled);
+    check_own_counts(result, own);
     result.problems.extend(finished.problems);
     let blocked = (plan.scenario == Scenario::Slow).then(|| samples.blocked.clone());
     result.set_lateness(samples.lateness, blocked);
-    Ok(result)
 }
 
 /// The `idle` scenario: start the system, schedule nothing, and watch it for `idle_for`.
 fn idle<T: Timers>(system: T, plan: &Plan<'_>, guard: RunGuard, result: &mut RunResult) {
-    let cpu_before = proc::thread_times();
-    let wakeups_before = system.wakeups();
+    let before = Snapshot::take(&system);
     let bar = plan
         .progress
         .timer(plan.idle_for, &format!("{} idle", T::NAME));
     std::thread::sleep(plan.idle_for);
     bar.finish_and_clear();
-    let cpu_after = proc::thread_times();
-    let wakeups_after = system.wakeups();
+    let after = Snapshot::take(&system);
     let roles = system.threads();
     let finished = system.finish();
     drop(guard);
     result.wall_secs = plan.idle_for.as_secs_f64();
-    result.cpu = cpu_figures(&cpu_before, &cpu_after, roles.timer, roles.executor);
-    result.wakeups = wakeups_before.zip(wakeups_after).map(|(b, a)| a - b);
+    set_usage(result, &before, &after, roles);
     result.problems.extend(finished.problems);
 }
 
-/// Waits until every callback the run expects has run; false if it gave up.
+/// What a system's threads had used and it had counted at one moment; a round's figures are
+/// the difference of two.
+struct Snapshot {
+    cpu: proc::ThreadTimes,
+    wakeups: Option<u64>,
+    own: OwnCounts,
+}
+
+impl Snapshot {
+    fn take<T: Timers>(system: &T) -> Snapshot {
+        Snapshot {
+            cpu: proc::thread_times(),
+            wakeups: system.wakeups(),
+            own: system.own_counts(),
+        }
+    }
+}
+
+/// Fills CPU time and wake-ups between two snapshots.
+fn set_usage(result: &mut RunResult, before: &Snapshot, after: &Snapshot, roles: ThreadRoles) {
+    result.cpu = cpu_figures(&before.cpu, &after.cpu, roles.timer, roles.executor);
+    result.wakeups = before.wakeups.zip(after.wakeups).map(|(b, a)| a - b);
+}
+
+/// Checks the system's own counts of the measured round against the probe's.
+fn check_own_counts(result: &mut RunResult, own: OwnCounts) {
+    let Some((fired, cancelled)) = own.counted else {
+        return;
+    };
+    let c = result.counts;
+    if fired != c.fired + c.duplicates || cancelled != c.cancelled {
+        result.problems.push(format!(
+            "the system counts {fired} fired / {cancelled} cancelled, the callbacks {} / {}",
+            c.fired + c.duplicates,
+            c.cancelled
+        ));
+    }
+}
+
+/// The problem reported when the driver gave up waiting for a round's callbacks.
+fn missing() -> String {
+    format!(
+        "callbacks still missing {} s after the last deadline",
+        GRACE.as_secs()
+    )
+}
+
+/// Waits until the round is over: the system holds none of its timers (where it can tell)
+/// and every callback the round expects has recorded (where the count is known); false if
+/// it gave up. Both, because a system can let go of a timer before its callback has run.
 fn wait_for_callbacks<T: Timers>(
     system: &T,
     guard: &RunGuard,
     totals: &Totals,
     plan: &Plan<'_>,
+    label: &str,
 ) -> bool {
     let expected = totals.expected_fires();
-    let label = format!("{} {}: firing", T::NAME, plan.scenario);
-    let bar = plan
-        .progress
-        .counter(expected.unwrap_or(totals.scheduled), &label);
+    let bar = plan.progress.counter(
+        expected.unwrap_or(totals.scheduled),
+        &format!("{label}: firing"),
+    );
     let give_up = totals.max_deadline + GRACE;
     let mut last = (guard.fired(), Instant::now());
     let done = loop {
@@ -137,9 +207,10 @@ fn wait_for_callbacks<T: Timers>(
             last = (fired, now);
         }
         let complete = match (system.outstanding(), expected) {
-            (Some(outstanding), _) => outstanding == 0,
-            (None, Some(expected)) => fired >= expected,
             (None, None) => now > totals.max_deadline && now - last.1 > QUIET_PERIOD,
+            (outstanding, expected) => {
+                outstanding.map_or(true, |o| o == 0) && expected.map_or(true, |e| fired >= e)
+            }
         };
         if complete {
             break true;

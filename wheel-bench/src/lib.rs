@@ -80,18 +80,7 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
     let mut skipped = Vec::new();
     for &scenario in &options.scenarios {
         for (system, timers, spread) in schedule_of_runs(options, scenario) {
-            let plan = Plan {
-                scenario,
-                timers,
-                spread,
-                producers: options.producers,
-                seed: options.seed,
-                idle_for: options.idle_for,
-                config: &options.config,
-                work_dir: &out_dir,
-                jvm_warmup_rounds: options.jvm_warmup_rounds,
-                progress: &progress,
-            };
+            let plan = Plan::new(options, scenario, timers, spread, &out_dir, &progress);
             run_one(system.as_ref(), &plan, options, &mut results, &mut skipped);
             std::thread::sleep(SETTLE);
         }

@@ -41,6 +41,9 @@ pub struct Options {
     pub config_file: Option<PathBuf>,
     /// Warm-up rounds the JVM runs before Netty's measured round.
     pub jvm_warmup_rounds: u32,
+    /// Unmeasured rounds of the same plan wheel and the Rust peers run, on the same instance in
+    /// the same process, before their measured round (0: they start cold).
+    pub warmup_rounds: u32,
     /// No progress bars and no tables on stdout.
     pub quiet: bool,
     /// Run each system in a child process of this executable (its `bench --child` mode), so
@@ -64,6 +67,7 @@ impl Default for Options {
             config: Config::default(),
             config_file: None,
             jvm_warmup_rounds: 2,
+            warmup_rounds: 1,
             quiet: false,
             isolate: None,
         }
@@ -80,6 +84,7 @@ impl Options {
             peer_spread: Duration::from_secs(1),
             idle_for: Duration::from_secs(1),
             jvm_warmup_rounds: 1,
+            warmup_rounds: 1,
             ..Options::default()
         }
     }

@@ -4,6 +4,10 @@
 //! thread records into its own histogram and bitset, found through a thread-local and merged
 //! when the run ends. The hot path touches only thread-owned data plus one read of a global
 //! generation number that changes once per run: no shared counter to fight over.
+//!
+//! A run can have several rounds ([`RunGuard::next_round`]): warm-up rounds on the same
+//! system instance before the measured one. Each round starts with fresh samples, so the
+//! measured round's figures are its own.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +38,9 @@ pub struct Run {
     generation: u64,
     epoch: Instant,
     timers: usize,
-    /// Latest requested deadline per timer, for scenarios that reschedule.
-    deadlines: Option<Vec<AtomicU64>>,
+    /// Latest requested deadline per timer, for scenarios that reschedule; shared by every
+    /// round, so a handle a system took at start keeps writing to the current table.
+    deadlines: Option<Arc<[AtomicU64]>>,
     threads: Mutex<Vec<Arc<ThreadSlot>>>,
 }
 
@@ -114,24 +119,28 @@ impl RunGuard {
         let exclusive = lock(&EXCLUSIVE);
         let deadlines = track_deadlines.then(|| {
             // Written now, so its pages are resident before the memory baseline is taken.
-            (0..timers).map(|_| AtomicU64::new(0)).collect::<Vec<_>>()
+            (0..timers).map(|_| AtomicU64::new(0)).collect::<Arc<[_]>>()
         });
-        let mut current = lock(&CURRENT);
-        let generation = GENERATION.load(Ordering::Relaxed) + 1;
-        let run = Arc::new(Run {
-            generation,
-            epoch: Instant::now(),
-            timers,
-            deadlines,
-            threads: Mutex::new(Vec::new()),
-        });
-        *current = Some(Arc::clone(&run));
-        GENERATION.store(generation, Ordering::Release);
         RunGuard {
-            run,
+            run: begin(Instant::now(), timers, deadlines),
             strays_at_start: STRAYS.load(Ordering::Relaxed),
             _exclusive: exclusive,
         }
+    }
+
+    /// Ends this round and starts the next one of the same run: same epoch, same deadline
+    /// table (cleared), fresh samples; what callbacks recorded so far is dropped. Call it once
+    /// every callback of the round has recorded: one that records later counts in the next
+    /// round. Handles taken earlier stay valid.
+    pub fn next_round(&mut self) {
+        if let Some(table) = &self.run.deadlines {
+            table
+                .iter()
+                .for_each(|deadline| deadline.store(0, Ordering::Relaxed));
+        }
+        let run = &self.run;
+        self.run = begin(run.epoch, run.timers, run.deadlines.clone());
+        self.strays_at_start = STRAYS.load(Ordering::Relaxed);
     }
 
     /// The run's time origin: tasks store deadlines as nanoseconds since it.
@@ -184,6 +193,23 @@ impl Drop for RunGuard {
     fn drop(&mut self) {
         end_current();
     }
+}
+
+/// Makes a new run (or round) current under a new generation, so every callback thread
+/// attaches to it on its next sample.
+fn begin(epoch: Instant, timers: usize, deadlines: Option<Arc<[AtomicU64]>>) -> Arc<Run> {
+    let mut current = lock(&CURRENT);
+    let generation = GENERATION.load(Ordering::Relaxed) + 1;
+    let run = Arc::new(Run {
+        generation,
+        epoch,
+        timers,
+        deadlines,
+        threads: Mutex::new(Vec::new()),
+    });
+    *current = Some(Arc::clone(&run));
+    GENERATION.store(generation, Ordering::Release);
+    run
 }
 
 fn end_current() {
@@ -295,6 +321,25 @@ mod tests {
         assert_eq!(samples.seen.count(), 2);
         assert_eq!(samples.duplicates, 1);
         assert_eq!(samples.early, 0);
+    }
+
+    #[test]
+    fn a_new_round_starts_with_fresh_samples() {
+        let mut run = RunGuard::start(2, true);
+        let epoch = run.epoch();
+        let later = Instant::now() + Duration::from_secs(60);
+        let handle = run.handle();
+        handle.set_deadline(1, later);
+        Task::new(0, epoch, epoch, false).run();
+        Task::new(1, epoch, epoch, false).run();
+        run.next_round();
+        assert_eq!(run.fired(), 0);
+        // The deadline table was cleared: timer 1 is measured from its task's deadline.
+        Task::new(1, epoch, epoch, false).run();
+        let samples = run.finish();
+        assert_eq!(samples.lateness.len(), 1);
+        assert_eq!(samples.seen.count(), 1);
+        assert_eq!((samples.duplicates, samples.early), (0, 0));
     }
 
     #[test]

@@ -102,10 +102,12 @@ struct FollowUp<Id> {
     timers: Vec<Kept<Id>>,
 }
 
-/// Runs `plan.producers` producer threads over `system` and adds up what they did.
-pub fn produce_all<T: Timers>(system: &T, plan: &Plan<'_>, run: &RunHandle) -> Totals {
-    let label = format!("{} {}: scheduling", T::NAME, plan.scenario);
-    let bar = plan.progress.counter(plan.timers, &label);
+/// Runs `plan.producers` producer threads over `system` and adds up what they did; `label`
+/// names the round on the progress bar.
+pub fn produce_all<T: Timers>(system: &T, plan: &Plan<'_>, run: &RunHandle, label: &str) -> Totals {
+    let bar = plan
+        .progress
+        .counter(plan.timers, &format!("{label}: scheduling"));
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..plan.producers)
             .map(|p| {

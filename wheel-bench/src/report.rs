@@ -6,7 +6,7 @@ use crate::format::{bytes_text, count_text};
 use crate::machine::Machine;
 use crate::options::Options;
 use crate::result::RunResult;
-use crate::systems::{self, System};
+use crate::systems::{self, Peer, System};
 use crate::table::Table;
 use crate::tables::{scenario_tables, skipped_table, Skipped};
 
@@ -49,13 +49,14 @@ pub fn console_text(
     let mut out = format!("\nwheel bench on {}\n", machine_line(machine));
     let _ = writeln!(
         out,
-        "{} timers over {} from {} producer(s), seed {}; peers at {} over {}\n",
+        "{} timers over {} from {} producer(s), seed {}; peers at {} over {}; warm-up: {}\n",
         count_text(options.timers),
         humantime::format_duration(options.spread),
         options.producers,
         options.seed,
         count_text(options.peer_timers),
-        humantime::format_duration(options.peer_spread)
+        humantime::format_duration(options.peer_spread),
+        warm_up_text(options)
     );
     for table in tables {
         out.push_str(&table.to_text());
@@ -65,6 +66,21 @@ pub fn console_text(
         let _ = writeln!(out, "PROBLEM: {problem}");
     }
     out
+}
+
+/// How many unmeasured rounds each system ran first.
+fn warm_up_text(options: &Options) -> String {
+    let rust = match options.warmup_rounds {
+        0 => "none for wheel and the Rust peers (they start cold)".to_string(),
+        n => format!("{n} unmeasured round(s) for wheel and the Rust peers"),
+    };
+    if !options.peers.contains(&Peer::Netty) {
+        return rust;
+    }
+    format!(
+        "{rust}, {} JVM round(s) for Netty",
+        options.jvm_warmup_rounds
+    )
 }
 
 /// Every problem of every run, labelled.
@@ -132,6 +148,7 @@ pub fn markdown(
         options.peer_timers,
         humantime::format_duration(options.peer_spread)
     );
+    let _ = writeln!(md, "- warm-up: {}", warm_up_text(options));
     md.push_str(METHOD);
     md.push_str("\n## wheel config\n\n");
     let source = options
@@ -198,14 +215,21 @@ const METHOD: &str = "
 - Schedule, cancel and reschedule throughput are timed on the producer threads per batch of
   1024 calls (and summed over producers). Deadlines are `now + delay`, the clock read every 64
   timers.
-- Memory: RSS after the last timer was scheduled minus RSS before the first, divided by the
-  timers scheduled (some have fired by then; freed memory the allocator keeps still counts).
-  Peak RSS is VmHWM, reset at the start of each run. The allocator is mimalloc.
-- CPU time is each thread's schedstat run time, by thread name, over the run.
-- The Rust systems start cold, in a fresh process each: their schedule figures include the
-  kernel's first-touch page faults for the memory the timers take (at 10 M timers these are
-  most of the producer's time). Netty's JVM runs with a pre-touched heap and warm-up rounds, so
-  its schedule figure does not pay them: compare schedule rates with that in mind.
+- Warm-up (`--warmup-rounds`, default 1): wheel and the Rust peers first run that many
+  unmeasured rounds of the same plan (timers, spread, scenario, producers) on the same
+  instance in the same process, each waited out until the system holds none of its timers
+  and every callback has run, so the measured round finds its memory warm, as a long-running
+  service's is; Netty's JVM gets `--jvm-warmup-rounds` and a pre-touched heap. The measured
+  round's figures are its own: the probe starts fresh samples for it, CPU time, wake-ups and
+  the systems' own counts are differences of snapshots taken around it. With 0 rounds the
+  Rust systems start cold, and their schedule figures include the kernel's first-touch page
+  faults for the memory the timers take (at 10 M timers most of the producer's time). The
+  `idle` scenario has no warm-up.
+- Memory: RSS after the measured round's last timer was scheduled minus RSS of the started
+  system before its first timer (before any warm-up round), divided by the timers scheduled
+  (some have fired by then; freed memory the allocator keeps still counts). Peak RSS is
+  VmHWM, reset at the start of the measured round. The allocator is mimalloc.
+- CPU time is each thread's schedstat run time, by thread name, over the measured round.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'

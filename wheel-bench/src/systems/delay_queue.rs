@@ -18,7 +18,7 @@ use tokio_util::time::delay_queue::{DelayQueue, Key};
 use wheel_shard::Config;
 
 use crate::probe::RunHandle;
-use crate::systems::{Finished, Outcome, ThreadRoles, Timers};
+use crate::systems::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
 use crate::task::Task;
 
 type Callback = Box<dyn FnOnce() + Send>;
@@ -44,6 +44,27 @@ struct Counters {
     resolved: AtomicU64,
     /// Removals that took effect (runtime thread).
     cancelled: AtomicU64,
+    /// Cancel and reschedule commands sent (producers).
+    follow_ups_sent: AtomicU64,
+    /// Cancel and reschedule commands applied (runtime thread).
+    follow_ups_applied: AtomicU64,
+}
+
+impl Counters {
+    /// Commands and timers not yet done with: a round is over when none are left, so no
+    /// late cancel or reschedule of it can reach the next round's timer of the same index.
+    fn outstanding(&self) -> u64 {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let timers = load(&self.sent).saturating_sub(load(&self.resolved));
+        timers + load(&self.follow_ups_sent).saturating_sub(load(&self.follow_ups_applied))
+    }
+
+    fn own_counts(&self) -> OwnCounts {
+        OwnCounts {
+            cancelled: Some(self.cancelled.load(Ordering::Relaxed)),
+            counted: None,
+        }
+    }
 }
 
 /// The sending side; the queue lives on the `delay-queue` thread.
@@ -103,18 +124,19 @@ impl Timers for DelayQueueTimers {
     }
 
     fn cancel(&self, index: &u32) -> Outcome {
-        let _ = self.commands.send(Command::Cancel(*index));
-        Outcome::Queued
+        self.follow_up(Command::Cancel(*index))
     }
 
     fn reschedule_at(&self, index: &u32, deadline: Instant, _task: Task) -> Outcome {
-        let _ = self.commands.send(Command::Reschedule(*index, deadline));
-        Outcome::Queued
+        self.follow_up(Command::Reschedule(*index, deadline))
     }
 
     fn outstanding(&self) -> Option<u64> {
-        let sent = self.counters.sent.load(Ordering::Relaxed);
-        Some(sent.saturating_sub(self.counters.resolved.load(Ordering::Relaxed)))
+        Some(self.counters.outstanding())
+    }
+
+    fn own_counts(&self) -> OwnCounts {
+        self.counters.own_counts()
     }
 
     fn threads(&self) -> ThreadRoles {
@@ -129,9 +151,21 @@ impl Timers for DelayQueueTimers {
         let unfired = self.thread.join().unwrap_or(0);
         Finished {
             unfired,
-            cancelled: Some(self.counters.cancelled.load(Ordering::Relaxed)),
+            counts: self.counters.own_counts(),
             ..Finished::default()
         }
+    }
+}
+
+impl DelayQueueTimers {
+    /// Sends a cancel or reschedule, counted so a round can wait until it was applied.
+    fn follow_up(&self, command: Command) -> Outcome {
+        if self.commands.send(command).is_ok() {
+            self.counters
+                .follow_ups_sent
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Outcome::Queued
     }
 }
 
@@ -168,6 +202,11 @@ impl QueueThread {
     }
 
     fn apply(&mut self, command: Command) {
+        if !matches!(command, Command::Insert { .. }) {
+            self.counters
+                .follow_ups_applied
+                .fetch_add(1, Ordering::Relaxed);
+        }
         match command {
             Command::Insert {
                 index,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use wheel_shard::Config;
 
+use crate::options::Options;
 use crate::probe::RunHandle;
 use crate::progress::Progress;
 use crate::result::RunResult;
@@ -34,7 +35,36 @@ pub struct Plan<'a> {
     /// Where a system may write build products (Netty's compiled harness).
     pub work_dir: &'a Path,
     pub jvm_warmup_rounds: u32,
+    /// Unmeasured rounds of this plan an in-process system runs, on the same instance,
+    /// before the measured one.
+    pub warmup_rounds: u32,
     pub progress: &'a Progress,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan of one run of `scenario` at `timers` over `spread`, the rest from `options`.
+    pub fn new(
+        options: &'a Options,
+        scenario: Scenario,
+        timers: u64,
+        spread: Duration,
+        work_dir: &'a Path,
+        progress: &'a Progress,
+    ) -> Plan<'a> {
+        Plan {
+            scenario,
+            timers,
+            spread,
+            producers: options.producers,
+            seed: options.seed,
+            idle_for: options.idle_for,
+            config: &options.config,
+            work_dir,
+            jvm_warmup_rounds: options.jvm_warmup_rounds,
+            warmup_rounds: options.warmup_rounds,
+            progress,
+        }
+    }
 }
 
 /// A timer system the bench can measure.
@@ -68,16 +98,39 @@ pub struct ThreadRoles {
     pub executor: Option<&'static str>,
 }
 
-/// What an in-process system reports when it stops.
-#[derive(Clone, Debug, Default)]
-pub struct Finished {
-    /// Timers still pending at shutdown.
-    pub unfired: u64,
+/// What an in-process system counts itself. The counts are running totals over the
+/// instance's life, warm-up rounds included: the driver takes the difference of two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnCounts {
     /// Cancels that took effect, for systems whose cancels are [`Outcome::Queued`].
     pub cancelled: Option<u64>,
     /// The system's own count of callbacks run and timers cancelled, if it keeps one; the
     /// driver checks it against the probe's.
     pub counted: Option<(u64, u64)>,
+}
+
+impl OwnCounts {
+    /// What was counted between `earlier` and these counts.
+    pub fn since(self, earlier: OwnCounts) -> OwnCounts {
+        let (fired, cancelled) = earlier.counted.unwrap_or((0, 0));
+        OwnCounts {
+            cancelled: self
+                .cancelled
+                .map(|c| c.saturating_sub(earlier.cancelled.unwrap_or(0))),
+            counted: self
+                .counted
+                .map(|(f, c)| (f.saturating_sub(fired), c.saturating_sub(cancelled))),
+        }
+    }
+}
+
+/// What an in-process system reports when it stops.
+#[derive(Clone, Debug, Default)]
+pub struct Finished {
+    /// Timers still pending at shutdown.
+    pub unfired: u64,
+    /// Its own counts at the end, over its whole life.
+    pub counts: OwnCounts,
     /// Disagreements between the system's own counters and the probe's, if any.
     pub problems: Vec<String>,
 }
@@ -111,6 +164,10 @@ pub trait Timers: Sized + Send + Sync + 'static {
     /// Times the system's timer threads woke up, if it counts them.
     fn wakeups(&self) -> Option<u64> {
         None
+    }
+    /// Its own counts so far (see [`Finished::counts`]).
+    fn own_counts(&self) -> OwnCounts {
+        OwnCounts::default()
     }
     /// Its threads' names.
     fn threads(&self) -> ThreadRoles;
@@ -232,6 +289,24 @@ pub fn wheel() -> Box<dyn System> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_counts_subtract() {
+        let before = OwnCounts {
+            cancelled: Some(3),
+            counted: Some((10, 3)),
+        };
+        let after = OwnCounts {
+            cancelled: Some(5),
+            counted: Some((25, 5)),
+        };
+        let expected = OwnCounts {
+            cancelled: Some(2),
+            counted: Some((15, 2)),
+        };
+        assert_eq!(after.since(before), expected);
+        assert_eq!(OwnCounts::default().since(before), OwnCounts::default());
+    }
 
     #[test]
     fn peer_lists_parse() {

@@ -220,20 +220,16 @@ mod tests {
 
     #[test]
     fn harness_output_is_read() {
-        let config = wheel_shard::Config::default();
+        let options = crate::options::Options::quick();
         let progress = Progress::new(true);
-        let plan = Plan {
-            scenario: Scenario::Rpc,
-            timers: 4,
-            spread: Duration::from_secs(1),
-            producers: 1,
-            seed: 1,
-            idle_for: Duration::from_secs(1),
-            config: &config,
-            work_dir: Path::new("/nonexistent"),
-            jvm_warmup_rounds: 1,
-            progress: &progress,
-        };
+        let plan = Plan::new(
+            &options,
+            Scenario::Rpc,
+            4,
+            Duration::from_secs(1),
+            Path::new("/nonexistent"),
+            &progress,
+        );
         let text = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
         let result = parse_output(text, &plan).unwrap();
         assert!(result.problems.is_empty(), "{:?}", result.problems);

@@ -2,10 +2,10 @@
 
 use std::time::Instant;
 
-use wheel_shard::{Config, TimerId, TimerService};
+use wheel_shard::{Config, Stats, TimerId, TimerService};
 
 use crate::probe::RunHandle;
-use crate::systems::{Finished, Outcome, ThreadRoles, Timers};
+use crate::systems::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
 use crate::task::Task;
 
 /// A [`TimerService`] built from the run's config.
@@ -46,8 +46,18 @@ impl Timers for WheelTimers {
         }
     }
 
+    /// Timers in the rings and wheels: 0 once every timer of a round has been handed to the
+    /// executor or cancelled (the driver also waits for their callbacks' samples).
+    fn outstanding(&self) -> Option<u64> {
+        Some(self.service.pending() as u64)
+    }
+
     fn wakeups(&self) -> Option<u64> {
         Some(self.service.stats().wakeups)
+    }
+
+    fn own_counts(&self) -> OwnCounts {
+        own_counts(&self.service.stats())
     }
 
     fn threads(&self) -> ThreadRoles {
@@ -72,9 +82,16 @@ impl Timers for WheelTimers {
         }
         Finished {
             unfired: unfired.len() as u64,
-            cancelled: None,
-            counted: Some((stats.fired, stats.cancelled)),
+            counts: own_counts(&stats),
             problems,
         }
+    }
+}
+
+/// `Stats::fired` and `Stats::cancelled`, running totals over the service's life.
+fn own_counts(stats: &Stats) -> OwnCounts {
+    OwnCounts {
+        cancelled: None,
+        counted: Some((stats.fired, stats.cancelled)),
     }
 }
