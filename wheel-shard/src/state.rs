@@ -97,10 +97,12 @@ impl TimerCell {
     }
 
     /// Tick thread: the wheel key of this slot's timer, if it is in the wheel.
-    /// Loads the cell's first cache line and throws the value away: the tick thread calls this
-    /// for a batch of cells before working on any, so their misses overlap.
+    /// Loads the cell and throws the values away: the tick thread calls this for a batch of
+    /// cells before working on any, so their misses overlap. Both ends are read because a
+    /// 24-byte cell straddles two cache lines one time in four.
     pub(crate) fn warm(&self) {
         std::hint::black_box(self.word.load(Ordering::Relaxed));
+        std::hint::black_box(self.wheel_key.load(Ordering::Relaxed));
     }
 
     pub(crate) fn wheel_key(&self) -> Option<u64> {
