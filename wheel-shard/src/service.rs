@@ -139,11 +139,11 @@ impl TimerService {
             .acquire()
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
-        let Ok((slot, cell)) = shard.table.claim() else {
+        let Ok((slot, gen, cell)) = shard.table.claim() else {
             core.limit.release();
             return Err(ScheduleError::Saturated);
         };
-        let gen = cell.arm(deadline, job.period().is_some());
+        cell.arm(gen, deadline, job.period().is_some());
         let armed = Armed { slot, gen, job };
         match shard.push(armed, core.config.saturation_timeout) {
             Ok(()) => {
@@ -152,7 +152,7 @@ impl TimerService {
             }
             Err(error) => {
                 cell.retire();
-                shard.table.recycle(slot);
+                shard.table.recycle(slot, gen);
                 core.limit.release();
                 Err(error)
             }

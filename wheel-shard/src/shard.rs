@@ -201,14 +201,14 @@ impl Shard {
             && !self.stop.load(Ordering::SeqCst)
     }
 
-    /// Retires a slot whose timer was cancelled, counting it. (Its place under `max_pending`
-    /// came free when `cancel` returned `true`.)
-    pub(crate) fn end_cancelled(&self, slot: u32) {
+    /// Retires a slot whose timer was cancelled, counting it; the caller puts the slot back
+    /// on the free list. (Its place under `max_pending` came free when `cancel` returned
+    /// `true`.)
+    pub(crate) fn retire_cancelled(&self, slot: u32) {
         if let Some(cell) = self.table.cell(slot) {
             cell.retire();
         }
         self.cancelled.fetch_add(1, Ordering::Relaxed);
-        self.table.recycle(slot);
     }
 
     /// A worker finished a run of a repeating timer: re-arm it for its next deadline, or end it
@@ -254,7 +254,7 @@ impl Shard {
         } else {
             self.cancelled.fetch_add(1, Ordering::Relaxed);
         }
-        self.table.recycle(slot);
+        self.table.recycle(slot, gen);
         live
     }
 }

@@ -96,15 +96,13 @@ impl TimerCell {
         }
     }
 
-    /// Tick thread: the wheel key of this slot's timer, if it is in the wheel.
-    /// Loads the cell and throws the values away: the tick thread calls this for a batch of
-    /// cells before working on any, so their misses overlap. Both ends are read because a
-    /// 24-byte cell straddles two cache lines one time in four.
+    /// Loads the cell and throws the value away: the tick thread calls this for a batch of
+    /// cells before working on any, so their misses overlap.
     pub(crate) fn warm(&self) {
         std::hint::black_box(self.word.load(Ordering::Relaxed));
-        std::hint::black_box(self.wheel_key.load(Ordering::Relaxed));
     }
 
+    /// Tick thread: the wheel key of this slot's timer, if it is in the wheel.
     pub(crate) fn wheel_key(&self) -> Option<u64> {
         let key = self.wheel_key.load(Ordering::Relaxed);
         (key != NO_WHEEL_KEY).then_some(key)
@@ -116,16 +114,29 @@ impl TimerCell {
             .store(key.unwrap_or(NO_WHEEL_KEY), Ordering::Relaxed);
     }
 
-    /// Makes a free slot (claimed by this thread alone) a scheduled timer; returns the
-    /// generation its id must carry.
-    pub(crate) fn arm(&self, deadline: u64, repeating: bool) -> u32 {
-        let word = self.word.load(Ordering::Relaxed);
-        debug_assert_eq!(word & STATE, FREE, "armed a slot that is not free");
+    /// Makes a free slot (claimed by this thread alone) a scheduled timer of generation `gen`,
+    /// which the free list handed out with the slot. The cell is only written, never read, so
+    /// a producer does not wait for its cache miss (stores retire without the line): on a warm
+    /// service, where free slots come back in firing order and so lie anywhere in the table,
+    /// reading the cell here was most of a `schedule`.
+    pub(crate) fn arm(&self, gen: u32, deadline: u64, repeating: bool) {
+        debug_assert_eq!(
+            self.word.load(Ordering::Relaxed),
+            u64::from(gen) << GENERATION_SHIFT,
+            "armed a slot that is not free at generation {gen}"
+        );
         self.deadline.store(deadline, Ordering::Relaxed);
         let flags = if repeating { REPEATING } else { 0 };
-        self.word
-            .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
-        generation(word)
+        self.word.store(
+            (u64::from(gen) << GENERATION_SHIFT) | SCHEDULED | flags,
+            Ordering::Release,
+        );
+    }
+
+    /// The slot's current generation (tests arm with it).
+    #[cfg(test)]
+    pub(crate) fn generation(&self) -> u32 {
+        generation(self.word.load(Ordering::Relaxed))
     }
 
     /// Frees the slot for its next timer; every id of this one goes stale.
@@ -304,19 +315,25 @@ mod tests {
     #[test]
     fn one_shot_lifecycle() {
         let cell = TimerCell::new();
-        let gen = cell.arm(10, false);
+        let gen = cell.generation();
+        cell.arm(gen, 10, false);
         assert_eq!(cell.admit(gen), Admission::Pending(10));
         assert_eq!(cell.expire(gen, 5), Expiry::Later(10));
         assert_eq!(cell.expire(gen, 10), Expiry::Fire(10));
         assert!(!cell.cancel(gen), "fired: stale");
         assert_eq!(cell.reschedule(gen, 20), None);
-        assert_eq!(cell.arm(1, false), gen + 1);
+        assert_eq!(
+            cell.generation(),
+            gen + 1,
+            "retiring moved the generation on"
+        );
     }
 
     #[test]
     fn cancel_wins_once() {
         let cell = TimerCell::new();
-        let gen = cell.arm(10, false);
+        let gen = cell.generation();
+        cell.arm(gen, 10, false);
         assert!(cell.cancel(gen));
         assert!(!cell.cancel(gen));
         assert_eq!(cell.expire(gen, 10), Expiry::Cancelled);
@@ -327,7 +344,8 @@ mod tests {
     #[test]
     fn reschedule_changes_the_deadline_the_tick_thread_sees() {
         let cell = TimerCell::new();
-        let gen = cell.arm(10, false);
+        let gen = cell.generation();
+        cell.arm(gen, 10, false);
         assert_eq!(cell.reschedule(gen, 30), Some(10));
         assert_eq!(cell.expire(gen, 10), Expiry::Later(30));
         assert_eq!(cell.reschedule(gen, 3), Some(30));
@@ -337,7 +355,8 @@ mod tests {
     #[test]
     fn repeating_cancelled_during_a_run() {
         let cell = TimerCell::new();
-        let gen = cell.arm(10, true);
+        let gen = cell.generation();
+        cell.arm(gen, 10, true);
         assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
         assert_eq!(cell.reschedule(gen, 50), None, "running: not rescheduled");
         assert!(cell.cancel(gen), "a repeating timer can be stopped mid-run");
@@ -347,7 +366,8 @@ mod tests {
     #[test]
     fn repeating_rearms() {
         let cell = TimerCell::new();
-        let gen = cell.arm(10, true);
+        let gen = cell.generation();
+        cell.arm(gen, 10, true);
         assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
         assert!(cell.finish_run(gen, 20));
         assert_eq!(cell.admit(gen), Admission::Pending(20));
@@ -375,7 +395,8 @@ mod loom_models {
     fn cancel_versus_fire() {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
-            let gen = cell.arm(5, false);
+            let gen = cell.generation();
+            cell.arm(gen, 5, false);
             let canceller = {
                 let cell = Arc::clone(&cell);
                 thread::spawn(move || cell.cancel(gen))
@@ -392,7 +413,8 @@ mod loom_models {
     fn reschedule_versus_fire() {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
-            let gen = cell.arm(5, false);
+            let gen = cell.generation();
+            cell.arm(gen, 5, false);
             let rescheduler = {
                 let cell = Arc::clone(&cell);
                 thread::spawn(move || cell.reschedule(gen, 100).is_some())
@@ -422,7 +444,8 @@ mod loom_models {
     fn cancel_versus_rearm() {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
-            let gen = cell.arm(5, true);
+            let gen = cell.generation();
+            cell.arm(gen, 5, true);
             assert_eq!(cell.expire(gen, 5), Expiry::FireRepeating(5));
             let canceller = {
                 let cell = Arc::clone(&cell);

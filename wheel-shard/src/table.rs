@@ -4,7 +4,8 @@
 //! a fixed directory of 64 Ki-cell segments, each allocated on first use, so a small service
 //! stays small, a big one never copies, and no single allocation stalls a producer for long.
 //! Producers claim free slots from a lock-free queue that retiring timers refill, or take a
-//! fresh slot past the highest one used.
+//! fresh slot past the highest one used. A queued slot carries the generation its next timer
+//! gets, so claiming and arming a slot never reads its cell (see `TimerCell::arm`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -25,7 +26,8 @@ pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[TimerCell]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
-    free: Injector<u32>,
+    /// Free slots, each with the generation its next timer gets: `generation << 32 | slot`.
+    free: Injector<u64>,
 }
 
 /// (segment, offset within it) of `slot`.
@@ -58,19 +60,20 @@ impl TimerTable {
             .map(|cells| &cells[offset])
     }
 
-    /// A slot for a new timer, free and owned by the caller until it arms it.
-    pub(crate) fn claim(&self) -> Result<(u32, &TimerCell), TableFull> {
-        let slot = loop {
+    /// A slot for a new timer, free and owned by the caller until it arms it, with the
+    /// generation to arm it with.
+    pub(crate) fn claim(&self) -> Result<(u32, u32, &TimerCell), TableFull> {
+        let (slot, gen) = loop {
             match self.free.steal() {
-                Steal::Success(slot) => break slot,
+                Steal::Success(entry) => break (entry as u32, (entry >> 32) as u32),
                 Steal::Retry => continue,
-                Steal::Empty => break self.claim_fresh()?,
+                Steal::Empty => break (self.claim_fresh()?, 0),
             }
         };
         let (segment, offset) = locate(slot);
         let cells = self.segments[segment]
             .get_or_init(|| (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect());
-        Ok((slot, &cells[offset]))
+        Ok((slot, gen, &cells[offset]))
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
@@ -81,9 +84,10 @@ impl TimerTable {
             .map_err(|_| TableFull)
     }
 
-    /// Puts a retired slot back for reuse.
-    pub(crate) fn recycle(&self, slot: u32) {
-        self.free.push(slot);
+    /// Puts back a slot whose timer of generation `gen` has ended (its cell retired).
+    pub(crate) fn recycle(&self, slot: u32, gen: u32) {
+        let next = gen.wrapping_add(1);
+        self.free.push(u64::from(next) << 32 | u64::from(slot));
     }
 
     /// One past the highest slot ever handed out.
@@ -109,11 +113,13 @@ mod tests {
     #[test]
     fn recycled_slots_are_claimed_again() {
         let table = TimerTable::new();
-        let (a, _) = table.claim().unwrap();
-        let (b, _) = table.claim().unwrap();
+        let (a, gen_a, _) = table.claim().unwrap();
+        let (b, _, _) = table.claim().unwrap();
         assert_ne!(a, b);
-        table.recycle(a);
-        assert_eq!(table.claim().unwrap().0, a);
+        assert_eq!(gen_a, 0, "a fresh slot starts at generation 0");
+        table.recycle(a, gen_a);
+        let (again, gen, _) = table.claim().unwrap();
+        assert_eq!((again, gen), (a, gen_a + 1));
         assert!(table.cell(b).is_some());
         assert!(table.cell(70_000).is_none());
         assert!(table.cell(u32::MAX).is_none());

@@ -168,7 +168,7 @@ impl<'a> TickLoop<'a> {
     fn admit(&mut self, armed: Armed) {
         match self.cell(armed.slot).admit(armed.gen) {
             Admission::Pending(deadline) => self.insert(deadline, armed),
-            Admission::Cancelled => self.shard.end_cancelled(armed.slot),
+            Admission::Cancelled => self.end_cancelled(armed.slot, armed.gen),
         }
     }
 
@@ -194,7 +194,7 @@ impl<'a> TickLoop<'a> {
         if cell.is_cancelled(gen) {
             drop(self.wheel.remove(key));
             cell.set_wheel_key(None);
-            self.shard.end_cancelled(slot);
+            self.end_cancelled(slot, gen);
         } else if self.wheel.deadline(key) != Some(cell.deadline()) {
             let _ = self.wheel.reschedule(key, cell.deadline());
         }
@@ -233,7 +233,7 @@ impl<'a> TickLoop<'a> {
         match cell.expire(armed.gen, now) {
             Expiry::Fire(deadline) => {
                 self.shard.limit.release();
-                self.shard.table.recycle(armed.slot);
+                self.shard.table.recycle(armed.slot, armed.gen);
                 Some(Run {
                     job: armed.job,
                     deadline,
@@ -258,10 +258,16 @@ impl<'a> TickLoop<'a> {
                 None
             }
             Expiry::Cancelled => {
-                self.shard.end_cancelled(armed.slot);
+                self.end_cancelled(armed.slot, armed.gen);
                 None
             }
         }
+    }
+
+    /// A timer cancelled before it could fire: retired, counted, its slot freed.
+    fn end_cancelled(&self, slot: u32, gen: u32) {
+        self.shard.retire_cancelled(slot);
+        self.shard.table.recycle(slot, gen);
     }
 
     fn publish(&self) {
