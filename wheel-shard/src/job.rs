@@ -49,6 +49,15 @@ pub(crate) struct Armed {
     pub(crate) job: BoxedJob,
 }
 
+/// A new timer on its way through a shard's ring. Its deadline travels with it because the
+/// producer never touches the timer's cell: the tick thread writes it when the timer arrives
+/// (see `TimerCell::arrive`), so a `schedule` does not wait on that cache miss.
+pub(crate) struct NewTimer {
+    pub(crate) armed: Armed,
+    pub(crate) deadline: u64,
+    pub(crate) repeating: bool,
+}
+
 /// The next deadline of a repeating timer that was due at `deadline`: fixed rate, no drift. A
 /// run that ends after later deadlines passed skips them (no burst of catch-up runs) but keeps
 /// the phase: the next run is the first `deadline + k·period` after `now`.

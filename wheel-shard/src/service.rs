@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use crate::core::Core;
 use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Executor;
-use crate::job::{Armed, BoxedJob, Every, Once};
+use crate::job::{Armed, BoxedJob, Every, NewTimer, Once};
 use crate::shard::{Notice, Shard};
-use crate::state::TimerCell;
+use crate::state::{Moved, TimerCell};
 use crate::stats::{Lateness, Stats};
 use crate::tick::{hand_back, TickLoop};
 use crate::timer::{TimerId, Unfired};
@@ -139,20 +139,23 @@ impl TimerService {
             .acquire()
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
-        let Ok((slot, gen, cell)) = shard.table.claim() else {
+        let Ok((slot, gen)) = shard.table.claim() else {
             core.limit.release();
             return Err(ScheduleError::Saturated);
         };
-        cell.arm(gen, deadline, job.period().is_some());
-        let armed = Armed { slot, gen, job };
-        match shard.push(armed, core.config.saturation_timeout) {
+        let timer = NewTimer {
+            repeating: job.period().is_some(),
+            armed: Armed { slot, gen, job },
+            deadline,
+        };
+        match shard.push(timer, core.config.saturation_timeout) {
             Ok(()) => {
                 shard.nudge(deadline);
                 Ok(TimerId::new(shard.index, slot, gen))
             }
             Err(error) => {
-                cell.retire();
-                shard.table.recycle(slot, gen);
+                // No id of this generation got out: the slot goes back as it came.
+                shard.table.unclaim(slot, gen);
                 core.limit.release();
                 Err(error)
             }
@@ -188,7 +191,7 @@ impl TimerService {
         let deadline = self.core().clock.deadline_after(delay);
         match cell.reschedule(id.gen(), deadline) {
             None => false,
-            Some(old) => {
+            Some(Moved::From(old)) => {
                 if deadline < old {
                     let notice = Notice::Touch {
                         slot: id.slot(),
@@ -196,6 +199,12 @@ impl TimerService {
                     };
                     shard.notify(notice, deadline);
                 }
+                true
+            }
+            Some(Moved::BeforeArrival) => {
+                // The tick thread takes the new deadline when the timer arrives; it only needs
+                // waking if that is sooner than it planned.
+                shard.nudge(deadline);
                 true
             }
         }

@@ -22,7 +22,7 @@ use crossbeam_utils::CachePadded;
 use crate::core::PendingLimit;
 use crate::error::ScheduleError;
 use crate::executor::Repeat;
-use crate::job::{next_run, Armed, BoxedJob};
+use crate::job::{next_run, Armed, BoxedJob, NewTimer};
 use crate::ring::{PendingRing, PushError};
 use crate::table::TimerTable;
 
@@ -43,7 +43,7 @@ pub(crate) enum Notice {
 
 pub(crate) struct Shard {
     pub(crate) index: usize,
-    pub(crate) ring: PendingRing<Armed>,
+    pub(crate) ring: PendingRing<NewTimer>,
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
     pub(crate) limit: Arc<PendingLimit>,
@@ -94,29 +94,29 @@ impl Shard {
     /// Waiting producers sleep on a condition variable that the tick thread signals as it makes
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
     /// instead of taking the freed cells first, so no producer starves under a burst.
-    pub(crate) fn push(&self, armed: Armed, timeout: Duration) -> Result<(), ScheduleError> {
-        let armed = if self.waiters.load(Ordering::SeqCst) == 0 {
-            match self.ring.try_push(armed) {
+    pub(crate) fn push(&self, timer: NewTimer, timeout: Duration) -> Result<(), ScheduleError> {
+        let timer = if self.waiters.load(Ordering::SeqCst) == 0 {
+            match self.ring.try_push(timer) {
                 Ok(()) => return Ok(()),
                 Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
-                Err(PushError::Full(armed)) => armed,
+                Err(PushError::Full(timer)) => timer,
             }
         } else {
-            armed
+            timer
         };
         self.waiters.fetch_add(1, Ordering::SeqCst);
-        let result = self.push_waiting(armed, Instant::now() + timeout);
+        let result = self.push_waiting(timer, Instant::now() + timeout);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         result
     }
 
-    fn push_waiting(&self, mut armed: Armed, give_up: Instant) -> Result<(), ScheduleError> {
+    fn push_waiting(&self, mut timer: NewTimer, give_up: Instant) -> Result<(), ScheduleError> {
         let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            armed = match self.ring.try_push(armed) {
+            timer = match self.ring.try_push(timer) {
                 Ok(()) => return Ok(()),
                 Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
-                Err(PushError::Full(armed)) => armed,
+                Err(PushError::Full(timer)) => timer,
             };
             let now = Instant::now();
             if now >= give_up {

@@ -1,13 +1,13 @@
 //! [`TimerCell`]: one timer's shared state word, the single place where `cancel`, `reschedule`
-//! and the tick thread's decision to fire meet.
+//! and the tick thread's decisions to admit and to fire meet.
 //!
 //! ```text
-//!            arm                 tick thread: due           (one-shot: retired at once)
-//!   FREE ─────────────▶ SCHEDULED ──────────────▶ FIRING ──▶ run ──▶ SCHEDULED (repeating)
-//!     ▲                  │  ▲  │                    │
-//!     │        cancel()  │  │  │ reschedule():      │ cancel() of a repeating timer
-//!     │                  ▼  │  ▼ LOCKED bit, seq+1  ▼
-//!     └──── retire ─── CANCELLED ◀──────────────────┘
+//!         tick thread: arrive          tick thread: due           (one-shot: retired at once)
+//!   FREE ─────────────────▶ SCHEDULED ──────────────▶ FIRING ──▶ run ──▶ SCHEDULED (repeating)
+//!     ▲  │                   │  ▲  │                    │
+//!     │  │ cancel()          │  │  │ reschedule():      │ cancel() of a repeating timer
+//!     │  ▼                   ▼  │  ▼ LOCKED bit, seq+1  ▼
+//!     └──── retire ─────── CANCELLED ◀──────────────────┘
 //! ```
 //!
 //! The word packs `generation (32) | seq (24) | flags (8)`. Every transition is a CAS on the
@@ -15,10 +15,17 @@
 //! tick thread's CAS to FIRING failed and the task will never run. Retiring a slot bumps the
 //! generation, so an old `TimerId` can never act on the slot's next timer.
 //!
-//! The deadline lives beside the word. `reschedule` takes the LOCKED bit, writes the deadline
-//! and releases the bit while bumping `seq`; the tick thread reads the word, then the deadline,
-//! and fires only if its CAS finds the word unchanged, so it never fires on a deadline that a
-//! completed `reschedule` replaced (the seq bump defeats ABA on the word).
+//! A producer never touches the cell: it claims a slot with the generation its timer gets and
+//! sends the timer, deadline included, through the ring. Until the tick thread *arrives* it
+//! (writes the deadline and moves it to SCHEDULED), the cell reads FREE at that generation:
+//! for an operation carrying the generation of an id that was handed out, FREE means "on its
+//! way", and `cancel` and `reschedule` act on it there (a reschedule leaves its deadline in the
+//! cell and the MOVED flag, which the arrival honours over the one it carries).
+//!
+//! The deadline lives beside the word. Whoever writes it holds the LOCKED bit (`reschedule`,
+//! the arrival); the tick thread reads the word, then the deadline, and fires only if its CAS
+//! finds the word unchanged, so it never fires on a deadline that a completed `reschedule`
+//! replaced (the seq bump defeats ABA on the word).
 
 use crossbeam_utils::Backoff;
 
@@ -31,6 +38,9 @@ const FIRING: u64 = 2;
 const CANCELLED: u64 = 3;
 const LOCKED: u64 = 1 << 3;
 const REPEATING: u64 = 1 << 4;
+/// On a timer not yet arrived: a `reschedule` wrote the cell's deadline, which wins over the
+/// one the timer carries.
+const MOVED: u64 = 1 << 5;
 const SEQ_SHIFT: u32 = 8;
 const SEQ: u64 = 0x00ff_ffff << SEQ_SHIFT;
 const GENERATION_SHIFT: u32 = 32;
@@ -67,6 +77,15 @@ pub(crate) enum Expiry {
     Busy,
     /// Cancelled: retire the slot and drop the task.
     Cancelled,
+}
+
+/// What a successful `reschedule` moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// A timer in the wheel, away from this deadline.
+    From(u64),
+    /// A timer still on its way to the tick thread, which will take the new deadline.
+    BeforeArrival,
 }
 
 /// How a timer that reached the tick thread (from the ring or re-armed) should be admitted.
@@ -114,26 +133,7 @@ impl TimerCell {
             .store(key.unwrap_or(NO_WHEEL_KEY), Ordering::Relaxed);
     }
 
-    /// Makes a free slot (claimed by this thread alone) a scheduled timer of generation `gen`,
-    /// which the free list handed out with the slot. The cell is only written, never read, so
-    /// a producer does not wait for its cache miss (stores retire without the line): on a warm
-    /// service, where free slots come back in firing order and so lie anywhere in the table,
-    /// reading the cell here was most of a `schedule`.
-    pub(crate) fn arm(&self, gen: u32, deadline: u64, repeating: bool) {
-        debug_assert_eq!(
-            self.word.load(Ordering::Relaxed),
-            u64::from(gen) << GENERATION_SHIFT,
-            "armed a slot that is not free at generation {gen}"
-        );
-        self.deadline.store(deadline, Ordering::Relaxed);
-        let flags = if repeating { REPEATING } else { 0 };
-        self.word.store(
-            (u64::from(gen) << GENERATION_SHIFT) | SCHEDULED | flags,
-            Ordering::Release,
-        );
-    }
-
-    /// The slot's current generation (tests arm with it).
+    /// The slot's current generation: the one its next (or in-flight) timer has.
     #[cfg(test)]
     pub(crate) fn generation(&self) -> u32 {
         generation(self.word.load(Ordering::Relaxed))
@@ -145,7 +145,8 @@ impl TimerCell {
         self.word.store(retired(word), Ordering::Release);
     }
 
-    /// `true` when the timer of generation `gen` will never run (again): a pending timer, or a
+    /// `true` when the timer of generation `gen` will never run (again): a pending timer (also
+    /// one still on its way to the tick thread), or a
     /// repeating one between or during runs. `false` when it ran, is running (one-shot), was
     /// cancelled already, or the id is stale.
     pub(crate) fn cancel(&self, gen: u32) -> bool {
@@ -160,7 +161,7 @@ impl TimerCell {
                 continue;
             }
             let cancellable = match word & STATE {
-                SCHEDULED => true,
+                FREE | SCHEDULED => true,
                 FIRING => word & REPEATING != 0,
                 _ => false,
             };
@@ -178,13 +179,14 @@ impl TimerCell {
         }
     }
 
-    /// Moves a scheduled timer to `deadline`; returns the deadline it had, or `None` when it is
-    /// not scheduled (fired, firing, cancelled, stale).
-    pub(crate) fn reschedule(&self, gen: u32, deadline: u64) -> Option<u64> {
+    /// Moves a pending timer to `deadline`; `None` when it is not pending (fired, firing,
+    /// cancelled, stale).
+    pub(crate) fn reschedule(&self, gen: u32, deadline: u64) -> Option<Moved> {
         let backoff = Backoff::new();
         loop {
             let word = self.word.load(Ordering::Acquire);
-            if generation(word) != gen || word & STATE != SCHEDULED {
+            let state = word & STATE;
+            if generation(word) != gen || (state != SCHEDULED && state != FREE) {
                 return None;
             }
             if word & LOCKED != 0 {
@@ -198,8 +200,13 @@ impl TimerCell {
             {
                 let old = self.deadline.load(Ordering::Relaxed);
                 self.deadline.store(deadline, Ordering::Relaxed);
-                self.word.store(bump_seq(word), Ordering::Release);
-                return Some(old);
+                let moved = if state == FREE { MOVED } else { 0 };
+                self.word.store(bump_seq(word) | moved, Ordering::Release);
+                return Some(if state == FREE {
+                    Moved::BeforeArrival
+                } else {
+                    Moved::From(old)
+                });
             }
         }
     }
@@ -242,8 +249,48 @@ impl TimerCell {
         }
     }
 
-    /// How the tick thread admits a timer of generation `gen` arriving from the ring or from a
-    /// re-arm. A reschedule in progress is fine: it sends a notice when it is done.
+    /// The tick thread takes in a new timer of generation `gen` from the ring, sent with
+    /// `deadline`: it becomes SCHEDULED at that deadline, or at the one a `reschedule` left
+    /// while it was on its way, unless it was cancelled on the way.
+    pub(crate) fn arrive(&self, gen: u32, deadline: u64, repeating: bool) -> Admission {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            debug_assert_eq!(generation(word), gen, "a stale timer arrived");
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            match word & STATE {
+                CANCELLED => return Admission::Cancelled,
+                FREE => {}
+                state => unreachable!("a new timer arrived in state {state}"),
+            }
+            // Take the lock to write the deadline, as a reschedule does.
+            if self
+                .word
+                .compare_exchange(word, word | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            let deadline = if word & MOVED != 0 {
+                self.deadline.load(Ordering::Relaxed)
+            } else {
+                self.deadline.store(deadline, Ordering::Relaxed);
+                deadline
+            };
+            let flags = if repeating { REPEATING } else { 0 };
+            self.word.store(
+                with_state(word & !MOVED, SCHEDULED) | flags,
+                Ordering::Release,
+            );
+            return Admission::Pending(deadline);
+        }
+    }
+
+    /// How the tick thread takes back a repeating timer of generation `gen` that a worker
+    /// re-armed after a run. A reschedule in progress is fine: it sends a notice when done.
     pub(crate) fn admit(&self, gen: u32) -> Admission {
         let word = self.word.load(Ordering::Acquire);
         debug_assert_eq!(generation(word), gen, "admitted a stale timer");
@@ -316,8 +363,7 @@ mod tests {
     fn one_shot_lifecycle() {
         let cell = TimerCell::new();
         let gen = cell.generation();
-        cell.arm(gen, 10, false);
-        assert_eq!(cell.admit(gen), Admission::Pending(10));
+        assert_eq!(cell.arrive(gen, 10, false), Admission::Pending(10));
         assert_eq!(cell.expire(gen, 5), Expiry::Later(10));
         assert_eq!(cell.expire(gen, 10), Expiry::Fire(10));
         assert!(!cell.cancel(gen), "fired: stale");
@@ -333,7 +379,7 @@ mod tests {
     fn cancel_wins_once() {
         let cell = TimerCell::new();
         let gen = cell.generation();
-        cell.arm(gen, 10, false);
+        assert_eq!(cell.arrive(gen, 10, false), Admission::Pending(10));
         assert!(cell.cancel(gen));
         assert!(!cell.cancel(gen));
         assert_eq!(cell.expire(gen, 10), Expiry::Cancelled);
@@ -345,18 +391,50 @@ mod tests {
     fn reschedule_changes_the_deadline_the_tick_thread_sees() {
         let cell = TimerCell::new();
         let gen = cell.generation();
-        cell.arm(gen, 10, false);
-        assert_eq!(cell.reschedule(gen, 30), Some(10));
+        assert_eq!(cell.arrive(gen, 10, false), Admission::Pending(10));
+        assert_eq!(cell.reschedule(gen, 30), Some(Moved::From(10)));
         assert_eq!(cell.expire(gen, 10), Expiry::Later(30));
-        assert_eq!(cell.reschedule(gen, 3), Some(30));
+        assert_eq!(cell.reschedule(gen, 3), Some(Moved::From(30)));
         assert_eq!(cell.expire(gen, 10), Expiry::Fire(3));
+    }
+
+    #[test]
+    fn a_timer_on_its_way_can_be_cancelled() {
+        let cell = TimerCell::new();
+        let gen = cell.generation();
+        assert!(cell.cancel(gen), "on its way: still cancellable");
+        assert!(!cell.cancel(gen));
+        assert_eq!(cell.arrive(gen, 10, false), Admission::Cancelled);
+        assert!(
+            !cell.cancel(gen + 1),
+            "an id of a generation never handed out is unknown"
+        );
+    }
+
+    #[test]
+    fn a_reschedule_before_arrival_wins_over_the_sent_deadline() {
+        let cell = TimerCell::new();
+        let gen = cell.generation();
+        assert_eq!(cell.reschedule(gen, 40), Some(Moved::BeforeArrival));
+        assert_eq!(cell.reschedule(gen, 30), Some(Moved::BeforeArrival));
+        assert_eq!(cell.arrive(gen, 10, false), Admission::Pending(30));
+        assert_eq!(cell.expire(gen, 10), Expiry::Later(30));
+        assert_eq!(
+            cell.reschedule(gen, 20),
+            Some(Moved::From(30)),
+            "arrived: in the wheel"
+        );
+        assert_eq!(cell.expire(gen, 20), Expiry::Fire(20));
+        // The next timer in the slot does not inherit the flag.
+        let next = cell.generation();
+        assert_eq!(cell.arrive(next, 7, false), Admission::Pending(7));
     }
 
     #[test]
     fn repeating_cancelled_during_a_run() {
         let cell = TimerCell::new();
         let gen = cell.generation();
-        cell.arm(gen, 10, true);
+        assert_eq!(cell.arrive(gen, 10, true), Admission::Pending(10));
         assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
         assert_eq!(cell.reschedule(gen, 50), None, "running: not rescheduled");
         assert!(cell.cancel(gen), "a repeating timer can be stopped mid-run");
@@ -367,7 +445,7 @@ mod tests {
     fn repeating_rearms() {
         let cell = TimerCell::new();
         let gen = cell.generation();
-        cell.arm(gen, 10, true);
+        assert_eq!(cell.arrive(gen, 10, true), Admission::Pending(10));
         assert_eq!(cell.expire(gen, 10), Expiry::FireRepeating(10));
         assert!(cell.finish_run(gen, 20));
         assert_eq!(cell.admit(gen), Admission::Pending(20));
@@ -396,7 +474,7 @@ mod loom_models {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
             let gen = cell.generation();
-            cell.arm(gen, 5, false);
+            assert_eq!(cell.arrive(gen, 5, false), Admission::Pending(5));
             let canceller = {
                 let cell = Arc::clone(&cell);
                 thread::spawn(move || cell.cancel(gen))
@@ -414,7 +492,7 @@ mod loom_models {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
             let gen = cell.generation();
-            cell.arm(gen, 5, false);
+            assert_eq!(cell.arrive(gen, 5, false), Admission::Pending(5));
             let rescheduler = {
                 let cell = Arc::clone(&cell);
                 thread::spawn(move || cell.reschedule(gen, 100).is_some())
@@ -439,13 +517,57 @@ mod loom_models {
         });
     }
 
+    /// A new timer's arrival races a reschedule: whichever comes first, the timer ends up at
+    /// the rescheduled deadline, never at the one it was sent with.
+    #[test]
+    fn arrival_versus_reschedule() {
+        loom::model(|| {
+            let cell = Arc::new(TimerCell::new());
+            let gen = cell.generation();
+            let rescheduler = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.reschedule(gen, 100))
+            };
+            let admission = cell.arrive(gen, 5, false);
+            let moved = rescheduler.join().unwrap();
+            match (admission, moved) {
+                (Admission::Pending(100), Some(Moved::BeforeArrival)) => {}
+                (Admission::Pending(5), Some(Moved::From(5))) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+            assert_eq!(cell.expire(gen, 5), Expiry::Later(100));
+        });
+    }
+
+    /// A new timer's arrival races a cancel, which always wins (nothing fired): either the
+    /// arrival sees it, or the timer arrives and the tick thread finds it cancelled when due.
+    #[test]
+    fn arrival_versus_cancel() {
+        loom::model(|| {
+            let cell = Arc::new(TimerCell::new());
+            let gen = cell.generation();
+            let canceller = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.cancel(gen))
+            };
+            let admission = cell.arrive(gen, 5, false);
+            assert!(
+                canceller.join().unwrap(),
+                "a timer that never fired is cancellable"
+            );
+            if admission != Admission::Cancelled {
+                assert_eq!(cell.expire(gen, 5), Expiry::Cancelled);
+            }
+        });
+    }
+
     /// cancel races the end of a repeating run: a `true` cancel means no re-arm.
     #[test]
     fn cancel_versus_rearm() {
         loom::model(|| {
             let cell = Arc::new(TimerCell::new());
             let gen = cell.generation();
-            cell.arm(gen, 5, true);
+            assert_eq!(cell.arrive(gen, 5, true), Admission::Pending(5));
             assert_eq!(cell.expire(gen, 5), Expiry::FireRepeating(5));
             let canceller = {
                 let cell = Arc::clone(&cell);

@@ -60,9 +60,10 @@ impl TimerTable {
             .map(|cells| &cells[offset])
     }
 
-    /// A slot for a new timer, free and owned by the caller until it arms it, with the
-    /// generation to arm it with.
-    pub(crate) fn claim(&self) -> Result<(u32, u32, &TimerCell), TableFull> {
+    /// A slot for a new timer, owned by the caller until it sends the timer to the tick thread,
+    /// with the generation the timer gets. The cell is not touched (see `TimerCell::arrive`);
+    /// its segment exists by the time this returns.
+    pub(crate) fn claim(&self) -> Result<(u32, u32), TableFull> {
         let (slot, gen) = loop {
             match self.free.steal() {
                 Steal::Success(entry) => break (entry as u32, (entry >> 32) as u32),
@@ -70,10 +71,9 @@ impl TimerTable {
                 Steal::Empty => break (self.claim_fresh()?, 0),
             }
         };
-        let (segment, offset) = locate(slot);
-        let cells = self.segments[segment]
+        self.segments[locate(slot).0]
             .get_or_init(|| (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect());
-        Ok((slot, gen, &cells[offset]))
+        Ok((slot, gen))
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
@@ -86,8 +86,12 @@ impl TimerTable {
 
     /// Puts back a slot whose timer of generation `gen` has ended (its cell retired).
     pub(crate) fn recycle(&self, slot: u32, gen: u32) {
-        let next = gen.wrapping_add(1);
-        self.free.push(u64::from(next) << 32 | u64::from(slot));
+        self.unclaim(slot, gen.wrapping_add(1));
+    }
+
+    /// Puts back a claimed slot whose generation `gen` was never handed out in an id.
+    pub(crate) fn unclaim(&self, slot: u32, gen: u32) {
+        self.free.push(u64::from(gen) << 32 | u64::from(slot));
     }
 
     /// One past the highest slot ever handed out.
@@ -113,13 +117,22 @@ mod tests {
     #[test]
     fn recycled_slots_are_claimed_again() {
         let table = TimerTable::new();
-        let (a, gen_a, _) = table.claim().unwrap();
-        let (b, _, _) = table.claim().unwrap();
+        let (a, gen_a) = table.claim().unwrap();
+        let (b, _) = table.claim().unwrap();
         assert_ne!(a, b);
         assert_eq!(gen_a, 0, "a fresh slot starts at generation 0");
         table.recycle(a, gen_a);
-        let (again, gen, _) = table.claim().unwrap();
-        assert_eq!((again, gen), (a, gen_a + 1));
+        assert_eq!(
+            table.claim().unwrap(),
+            (a, gen_a + 1),
+            "an ended timer's slot moves on"
+        );
+        table.unclaim(a, gen_a + 1);
+        assert_eq!(
+            table.claim().unwrap(),
+            (a, gen_a + 1),
+            "an unused claim comes back as is"
+        );
         assert!(table.cell(b).is_some());
         assert!(table.cell(70_000).is_none());
         assert!(table.cell(u32::MAX).is_none());

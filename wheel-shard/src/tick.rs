@@ -13,7 +13,7 @@ use wheel_core::{TimerKey, Wheel};
 
 use crate::core::Core;
 use crate::executor::{Repeat, Run};
-use crate::job::Armed;
+use crate::job::{Armed, NewTimer};
 use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
 use crate::state::{Admission, Expiry, TimerCell};
 use crate::timer::{TimerId, Unfired};
@@ -44,7 +44,7 @@ pub(crate) struct TickLoop<'a> {
     budget_tick: u64,
     budget_left: usize,
     /// Scratch for one warm batch each way, kept to reuse the allocation.
-    incoming: Vec<Armed>,
+    incoming: Vec<NewTimer>,
     due: Vec<Armed>,
 }
 
@@ -125,9 +125,9 @@ impl<'a> TickLoop<'a> {
             }
             moved += incoming.len();
             unsignalled += incoming.len();
-            self.warm(incoming.iter().map(|armed| armed.slot));
-            for armed in incoming.drain(..) {
-                self.admit(armed);
+            self.warm(incoming.iter().map(|timer| timer.armed.slot));
+            for timer in incoming.drain(..) {
+                self.arrive(timer);
             }
             if unsignalled >= ROOM_SIGNAL_EVERY {
                 unsignalled = 0;
@@ -164,9 +164,25 @@ impl<'a> TickLoop<'a> {
         touched
     }
 
-    /// A timer arriving from the ring or a re-arm: into the wheel, unless cancelled on the way.
+    /// A new timer from the ring: into the wheel, unless cancelled on the way.
+    fn arrive(&mut self, timer: NewTimer) {
+        let NewTimer {
+            armed,
+            deadline,
+            repeating,
+        } = timer;
+        let admission = self.cell(armed.slot).arrive(armed.gen, deadline, repeating);
+        self.take_in(admission, armed);
+    }
+
+    /// A repeating timer a worker re-armed: back into the wheel, unless cancelled meanwhile.
     fn admit(&mut self, armed: Armed) {
-        match self.cell(armed.slot).admit(armed.gen) {
+        let admission = self.cell(armed.slot).admit(armed.gen);
+        self.take_in(admission, armed);
+    }
+
+    fn take_in(&mut self, admission: Admission, armed: Armed) {
+        match admission {
             Admission::Pending(deadline) => self.insert(deadline, armed),
             Admission::Cancelled => self.end_cancelled(armed.slot, armed.gen),
         }
@@ -280,7 +296,7 @@ impl<'a> TickLoop<'a> {
     /// [`Unfired`], except timers cancelled on the way, which are counted as cancelled.
     fn hand_back(mut self) -> Vec<Unfired> {
         let shard = self.shard;
-        shard.ring.drain_closed(|armed| self.admit(armed));
+        shard.ring.drain_closed(|timer| self.arrive(timer));
         self.apply_notices();
         let mut unfired = Vec::with_capacity(self.wheel.len());
         let entries: Vec<Armed> = self.wheel.drain().map(|entry| entry.value).collect();

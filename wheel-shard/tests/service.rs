@@ -119,6 +119,39 @@ fn cancel_is_definitive() {
     );
 }
 
+/// Cancels and reschedules issued right after `schedule` mostly find the timer still on its
+/// way through the ring (the producer never touches its state; the tick thread takes it in):
+/// they must act on it all the same.
+#[test]
+fn cancel_and_reschedule_reach_a_timer_still_on_its_way() {
+    let timers = service();
+    let (count, task) = counter();
+    let start = Instant::now();
+    let mut kept = Vec::new();
+    for i in 0..2_000 {
+        let id = timers.schedule(Duration::from_millis(1), task()).unwrap();
+        if i % 2 == 0 {
+            assert!(timers.cancel(id), "timer {i}: cancel on its way");
+        } else {
+            assert!(timers.reschedule(id, Duration::from_millis(300)));
+            kept.push(id);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    if start.elapsed() < Duration::from_millis(300) {
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            0,
+            "nothing runs before the rescheduled deadline"
+        );
+    }
+    assert!(eventually(SOON * 4, || count.load(Ordering::SeqCst) == 1_000));
+    assert!(kept.iter().all(|&id| !timers.cancel(id)), "all fired");
+    assert!(eventually(SOON, || timers.stats().cancelled == 1_000));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(count.load(Ordering::SeqCst), 1_000, "no cancelled task ran");
+}
+
 #[test]
 fn cancel_of_an_unknown_id_is_false() {
     let a = service();
