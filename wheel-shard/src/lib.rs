@@ -41,7 +41,9 @@
 //!   [`Config::max_pending`] is an exact global limit ([`ScheduleError::TooManyPending`]).
 //! - **No lock, no shared counter on the schedule path** (without `max_pending`): the shard is
 //!   chosen by hashing a per-thread sequence, the slot comes from a lock-free free list, the
-//!   command goes into a lock-free ring.
+//!   command goes into a lock-free ring. A producer never touches the timer's state cell (the
+//!   tick thread writes it when the timer arrives), so it never waits on that cache miss;
+//!   `cancel` and `reschedule` work on a timer still on its way.
 //! - **Idle means asleep.** A tick thread sleeps until its wheel's next due slot, forever when
 //!   the wheel is empty; a producer wakes it only when its deadline is earlier than that.
 //! - **A slow callback delays only its worker**; a panicking one is counted
