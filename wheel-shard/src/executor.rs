@@ -80,6 +80,7 @@ impl Executor {
     /// Queues an expired task from shard `shard`'s tick thread. Call [`Executor::notify`] after
     /// a batch.
     pub(crate) fn submit(&self, shard: usize, run: Run) {
+        prefetch(&*run.job);
         self.injectors[shard].push(run);
     }
 
@@ -232,4 +233,20 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("<non-string panic payload>")
+}
+
+/// Starts loading a task's closure into the shared cache. The closure was boxed by its producer
+/// up to the whole delay earlier and has usually gone cold: the worker's first touch of it was
+/// a memory miss in nearly every sample of `Job::run`. Started from the tick thread as it hands
+/// the task over, the worker finds the line in a nearer cache.
+fn prefetch(job: &dyn crate::job::Job) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is only a hint: it never faults and changes no memory, and the
+        // address is that of a live reference. SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((job as *const dyn crate::job::Job).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = job;
 }
