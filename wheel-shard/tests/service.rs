@@ -124,21 +124,25 @@ fn cancel_is_definitive() {
 /// they must act on it all the same.
 #[test]
 fn cancel_and_reschedule_reach_a_timer_still_on_its_way() {
+    // Generous delays, so that on a loaded machine no timer can fire between its schedule and
+    // the cancel or reschedule that follows it at once.
+    const FIRST: Duration = Duration::from_millis(500);
+    const MOVED: Duration = Duration::from_millis(800);
     let timers = service();
     let (count, task) = counter();
     let start = Instant::now();
     let mut kept = Vec::new();
     for i in 0..2_000 {
-        let id = timers.schedule(Duration::from_millis(1), task()).unwrap();
+        let id = timers.schedule(FIRST, task()).unwrap();
         if i % 2 == 0 {
             assert!(timers.cancel(id), "timer {i}: cancel on its way");
         } else {
-            assert!(timers.reschedule(id, Duration::from_millis(300)));
+            assert!(timers.reschedule(id, MOVED), "timer {i}: reschedule on its way");
             kept.push(id);
         }
     }
-    std::thread::sleep(Duration::from_millis(150));
-    if start.elapsed() < Duration::from_millis(300) {
+    std::thread::sleep(FIRST + Duration::from_millis(100));
+    if start.elapsed() < MOVED {
         assert_eq!(
             count.load(Ordering::SeqCst),
             0,
