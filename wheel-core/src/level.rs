@@ -94,15 +94,17 @@ impl Level {
         }
     }
 
-    /// Appends node `index` to `slot` and records where it is.
-    pub(crate) fn push_back<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
+    /// Appends node `index` to `slot` and returns its position there; the caller records it,
+    /// with this level and slot, in the node.
+    pub(crate) fn push_back(&mut self, slot: usize, index: u32) -> u32 {
         let list = &mut self.lists[slot];
         if list.live == 0 {
             self.occupied[slot / 64] |= 1 << (slot % 64);
         }
-        slab.place(index, self.number, slot as u16, list.items.len() as u32);
+        let pos = list.items.len() as u32;
         list.items.push(index);
         list.live += 1;
+        pos
     }
 
     /// Counts one of `slot`'s entries gone (its node no longer says it is here). Its reference
@@ -278,8 +280,10 @@ mod tests {
         let a = slab.insert(0, ()).index();
         let b = slab.insert(0, ()).index();
         assert_eq!(level.next_occupied(0), None);
-        level.push_back(&mut slab, 200, a);
-        level.push_back(&mut slab, 3, b);
+        let pos = level.push_back(200, a);
+        slab.place(a, 0, 200, pos);
+        let pos = level.push_back(3, b);
+        slab.place(b, 0, 3, pos);
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);

@@ -129,27 +129,29 @@ impl<T> Slab<T> {
     /// Frees a live node (already unlinked from its slot list) and returns its value. The
     /// generation moves on, so every key to the old entry is stale from now on.
     pub(crate) fn free(&mut self, index: u32) -> T {
-        let free_head = self.free_head;
-        let node = self.node_mut(index);
-        debug_assert_ne!(node.level, VACANT);
-        node.level = VACANT;
-        node.generation = node.generation.wrapping_add(1);
-        node.pos = free_head;
-        let value = node.value.take().expect("live node holds a value");
-        self.free_head = index;
-        self.len -= 1;
-        value
+        self.take(index).value
     }
 
     /// Frees a live node (already unlinked) and hands out its entry under the key it had.
     pub(crate) fn take(&mut self, index: u32) -> Entry<T> {
-        let node = self.node(index);
-        let (generation, deadline) = (node.generation, node.deadline);
-        Entry {
-            key: TimerKey { index, generation },
-            deadline,
-            value: self.free(index),
-        }
+        let free_head = self.free_head;
+        let node = self.node_mut(index);
+        debug_assert_ne!(node.level, VACANT);
+        let key = TimerKey {
+            index,
+            generation: node.generation,
+        };
+        node.level = VACANT;
+        node.generation = node.generation.wrapping_add(1);
+        node.pos = free_head;
+        let entry = Entry {
+            key,
+            deadline: node.deadline,
+            value: node.value.take().expect("live node holds a value"),
+        };
+        self.free_head = index;
+        self.len -= 1;
+        entry
     }
 
     /// The index of the live node `key` names, if it is not stale.

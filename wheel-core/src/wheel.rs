@@ -272,16 +272,19 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Places node `index` by its deadline, relative to the clock.
+    /// Places node `index` by its deadline, relative to the clock (one lookup of the node: this
+    /// runs for every insert and every cascaded entry).
     fn link(&mut self, index: u32) {
-        let deadline = self.slab.node(index).deadline;
-        let (level, slot) = if deadline <= self.now {
+        let node = self.slab.node_mut(index);
+        let (level, slot) = if node.deadline <= self.now {
             (0, self.geometry.slot_for(0, self.now))
         } else {
-            let level = self.geometry.level_for(self.now, deadline);
-            (level, self.geometry.slot_for(level, deadline))
+            let level = self.geometry.level_for(self.now, node.deadline);
+            (level, self.geometry.slot_for(level, node.deadline))
         };
-        self.levels[level].push_back(&mut self.slab, slot, index);
+        node.pos = self.levels[level].push_back(slot, index);
+        node.level = level as u8;
+        node.slot = slot as u16;
     }
 
     /// Takes node `index` out of its slot: the node forgets its place first, so its reference
