@@ -137,7 +137,10 @@ fn cancel_and_reschedule_reach_a_timer_still_on_its_way() {
         if i % 2 == 0 {
             assert!(timers.cancel(id), "timer {i}: cancel on its way");
         } else {
-            assert!(timers.reschedule(id, MOVED), "timer {i}: reschedule on its way");
+            assert!(
+                timers.reschedule(id, MOVED),
+                "timer {i}: reschedule on its way"
+            );
             kept.push(id);
         }
     }
