@@ -36,13 +36,16 @@ pub(crate) struct SlotList {
 /// misses of a few entries, few enough that the prefetched lines are still in L1 when used.
 const LOOKAHEAD: usize = 24;
 
-/// `2^bits` slot lists and a bitmap of the non-empty ones.
+/// `2^bits` slot lists and a bitmap of the non-empty ones. The wheel keeps two per level (see
+/// `Wheel`'s early cascade), each with its own number for nodes to record.
 #[derive(Clone)]
 pub(crate) struct Level {
-    /// This level's number, which nodes on it record.
+    /// The number nodes on this level record.
     number: u8,
     lists: Box<[SlotList]>,
     occupied: Box<[u64]>,
+    /// How many bits of `occupied` are set.
+    occupied_slots: u32,
 }
 
 /// A slot's references, taken out whole by [`Level::take`] for a cascade.
@@ -78,7 +81,28 @@ impl Level {
             number: number as u8,
             lists: (0..slots).map(|_| SlotList::default()).collect(),
             occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
+            occupied_slots: 0,
         }
+    }
+
+    /// Whether no slot holds an entry.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.occupied_slots == 0
+    }
+
+    /// Whether `slot` holds an entry.
+    pub(crate) fn is_occupied(&self, slot: usize) -> bool {
+        self.occupied[slot / 64] & (1 << (slot % 64)) != 0
+    }
+
+    fn mark_occupied(&mut self, slot: usize) {
+        self.occupied[slot / 64] |= 1 << (slot % 64);
+        self.occupied_slots += 1;
+    }
+
+    fn mark_empty(&mut self, slot: usize) {
+        self.occupied[slot / 64] &= !(1 << (slot % 64));
+        self.occupied_slots -= 1;
     }
 
     /// The first non-empty slot at or after `from`.
@@ -97,10 +121,10 @@ impl Level {
     /// Appends node `index` to `slot` and returns its position there; the caller records it,
     /// with this level and slot, in the node.
     pub(crate) fn push_back(&mut self, slot: usize, index: u32) -> u32 {
-        let list = &mut self.lists[slot];
-        if list.live == 0 {
-            self.occupied[slot / 64] |= 1 << (slot % 64);
+        if self.lists[slot].live == 0 {
+            self.mark_occupied(slot);
         }
+        let list = &mut self.lists[slot];
         let pos = list.items.len() as u32;
         list.items.push(index);
         list.live += 1;
@@ -151,7 +175,7 @@ impl Level {
         };
         list.head = 0;
         list.live = 0;
-        self.occupied[slot / 64] &= !(1 << (slot % 64));
+        self.mark_empty(slot);
         taken
     }
 
@@ -169,7 +193,12 @@ impl Level {
         let list = &mut self.lists[slot];
         list.items.clear();
         list.head = 0;
-        self.occupied[slot / 64] &= !(1 << (slot % 64));
+        self.mark_empty(slot);
+    }
+
+    /// This level's number, which nodes on it record.
+    pub(crate) fn number(&self) -> u8 {
+        self.number
     }
 }
 
@@ -235,6 +264,16 @@ impl Geometry {
     pub(crate) fn level_for(self, now: u64, deadline: u64) -> usize {
         let significant = 63 - ((now ^ deadline) | (self.slots() as u64 - 1)).leading_zeros();
         self.level_of_bit[significant as usize] as usize
+    }
+
+    /// The first tick of `level`'s next rotation after the one that contains `now` (`None`
+    /// past `u64`).
+    pub(crate) fn next_rotation(self, level: usize, now: u64) -> Option<u64> {
+        let span_bits = self.shift(level) + self.bits;
+        if span_bits >= 64 {
+            return None;
+        }
+        ((now >> span_bits) + 1).checked_mul(1 << span_bits)
     }
 
     /// The first tick of `slot` on `level`, in the rotation that contains `now`.

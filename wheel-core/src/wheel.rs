@@ -63,11 +63,33 @@ impl std::error::Error for InvalidSlots {}
 /// assert!(wheel.is_empty());
 /// ```
 pub struct Wheel<T> {
+    /// Two `Level`s per level of the hierarchy, numbered `k` and `k + depth`: the one `main`
+    /// names holds the level's current rotation, the other its next rotation as the early
+    /// cascade fills it in.
     levels: Box<[Level]>,
+    /// For each level, which of its two `Level`s is current (0: `k`, 1: `k + depth`).
+    main: Box<[u8]>,
+    /// Levels in the hierarchy.
+    depth: usize,
+    /// Entries inserted or handed out since the early cascade last ran: its budget.
+    work: u32,
     slab: Slab<T>,
     geometry: Geometry,
     now: u64,
 }
+
+/// What falls due next: a slot of a level's current rotation, or the start of a level's next
+/// rotation, which the early cascade has begun to fill.
+#[derive(Clone, Copy, Debug)]
+enum Due {
+    Slot { level: usize, slot: usize },
+    Rotation { level: usize },
+}
+
+/// Entries each level moves early per entry inserted or handed out. A level's next slot fills
+/// about as fast as entries are inserted and drains as fast as they are handed out, so two
+/// keep ahead of either.
+const EARLY_PER_OPERATION: usize = 2;
 
 impl<T> Default for Wheel<T> {
     fn default() -> Self {
@@ -104,10 +126,14 @@ impl<T> Wheel<T> {
     }
 
     fn build(geometry: Geometry, capacity: usize) -> Self {
+        let depth = geometry.levels();
         Wheel {
-            levels: (0..geometry.levels())
+            levels: (0..2 * depth)
                 .map(|number| Level::new(number, geometry.slots()))
                 .collect(),
+            main: vec![0; depth].into_boxed_slice(),
+            depth,
+            work: 0,
             slab: Slab::with_capacity(capacity),
             geometry,
             now: 0,
@@ -137,7 +163,7 @@ impl<T> Wheel<T> {
 
     /// The number of levels: enough that every `u64` deadline has one.
     pub fn levels(&self) -> usize {
-        self.levels.len()
+        self.depth
     }
 
     /// The wheel's clock: the latest tick it has been fully advanced to.
@@ -163,6 +189,7 @@ impl<T> Wheel<T> {
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let key = self.slab.insert(deadline, value);
         self.link(key.index);
+        self.work = self.work.saturating_add(1);
         key
     }
 
@@ -210,7 +237,7 @@ impl<T> Wheel<T> {
     /// nothing is due before it (advancing to it moves its entries down a level). Never below
     /// [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of empty slots.
     pub fn next_expiration(&self) -> Option<u64> {
-        self.next_slot().map(|(_, _, start)| start)
+        self.next_due().map(|(start, _)| start)
     }
 
     /// Hands out one entry whose deadline is at or before `now`, or `None` when none is left;
@@ -228,16 +255,18 @@ impl<T> Wheel<T> {
         // Entries due in the past wait in the slot starting at the clock: a `now` below the
         // clock must still reach them.
         let now = now.max(self.now);
+        self.cascade_early();
         loop {
-            let Some((level, slot, start)) = self.next_slot().filter(|&(.., s)| s <= now) else {
+            let Some((start, due)) = self.next_due().filter(|&(s, _)| s <= now) else {
                 self.now = self.now.max(now);
                 return None;
             };
             self.now = self.now.max(start);
-            if level == 0 {
-                return Some(slot);
+            match due {
+                Due::Slot { level: 0, slot } => return Some(slot),
+                Due::Slot { level, slot } => self.cascade(level, slot),
+                Due::Rotation { level } => self.next_rotation(level),
             }
-            self.cascade(level, slot);
         }
     }
 
@@ -282,8 +311,9 @@ impl<T> Wheel<T> {
             let level = self.geometry.level_for(self.now, node.deadline);
             (level, self.geometry.slot_for(level, node.deadline))
         };
-        node.pos = self.levels[level].push_back(slot, index);
-        node.level = level as u8;
+        let current = &mut self.levels[level + usize::from(self.main[level]) * self.depth];
+        node.pos = current.push_back(slot, index);
+        node.level = current.number();
         node.slot = slot as u16;
     }
 
@@ -294,30 +324,102 @@ impl<T> Wheel<T> {
         self.levels[level as usize].unlink(&mut self.slab, slot as usize);
     }
 
-    /// The earliest occupied slot as (level, slot, first tick). Lower levels are always due
-    /// first (see the type's invariants), so the first level with an occupied slot wins.
-    fn next_slot(&self) -> Option<(usize, usize, u64)> {
-        self.levels.iter().enumerate().find_map(|(level, lists)| {
+    /// The `Level` holding `level`'s current rotation.
+    fn current(&self, level: usize) -> usize {
+        level + self.main[level] as usize * self.depth
+    }
+
+    /// The `Level` holding `level`'s next rotation.
+    fn upcoming(&self, level: usize) -> usize {
+        level + (1 - self.main[level] as usize) * self.depth
+    }
+
+    /// What falls due first, and when: the earliest occupied slot of any level's current
+    /// rotation, or the start of a next rotation that already holds entries. Ties go to the
+    /// lower level, so a rotation turns before the slot above it cascades into it.
+    fn next_due(&self) -> Option<(u64, Due)> {
+        let mut first: Option<(u64, Due)> = None;
+        let mut consider = |start: u64, due: Due| {
+            if first.map_or(true, |(best, _)| start < best) {
+                first = Some((start, due));
+            }
+        };
+        for level in 0..self.depth {
             let from = self.geometry.slot_for(level, self.now);
-            let slot = lists.next_occupied(from)?;
-            Some((level, slot, self.geometry.slot_start(level, slot, self.now)))
-        })
+            if let Some(slot) = self.levels[self.current(level)].next_occupied(from) {
+                let start = self.geometry.slot_start(level, slot, self.now);
+                consider(start, Due::Slot { level, slot });
+            }
+            if !self.levels[self.upcoming(level)].is_empty() {
+                if let Some(start) = self.geometry.next_rotation(level, self.now) {
+                    consider(start, Due::Rotation { level });
+                }
+            }
+        }
+        first
     }
 
     fn pop_expired(&mut self, slot: usize) -> Entry<T> {
-        let index = self.levels[0]
-            .pop_front(&self.slab, slot)
-            .expect("occupied slot");
-        self.slab.take(index)
+        self.hand_out(slot).expect("occupied slot")
+    }
+
+    /// Takes the next entry of level-0 slot `slot`, if any, and counts it for the early
+    /// cascade's budget.
+    fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
+        let index = self.levels[self.current(0)].pop_front(&self.slab, slot)?;
+        self.work = self.work.saturating_add(1);
+        Some(self.slab.take(index))
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
     fn cascade(&mut self, level: usize, slot: usize) {
-        let mut taken = self.levels[level].take(slot);
+        let current = self.current(level);
+        let mut taken = self.levels[current].take(slot);
         while let Some(index) = taken.next_live(&self.slab) {
             self.link(index);
         }
-        self.levels[level].restore(taken);
+        self.levels[current].restore(taken);
+    }
+
+    /// The clock reached the start of `level`'s next rotation, which the early cascade filled
+    /// in: it becomes the current one. The old one is empty: all of it was due before.
+    fn next_rotation(&mut self, level: usize) {
+        debug_assert!(self.levels[self.current(level)].is_empty());
+        self.main[level] ^= 1;
+    }
+
+    /// The early cascade: a wheel that cascades a slot only when it falls due stalls for as
+    /// long as moving all of it takes, and a slot high up can hold millions of entries (every
+    /// timer due in a 4-second stretch, at level 2 of a 1 ms wheel), during which nothing is
+    /// handed out. Instead, each level moves the entries of its next slot, a few for every
+    /// entry inserted or handed out, into the next rotation of the level below (that level's
+    /// second `Level`), where they are found when that rotation begins. Entries inserted
+    /// meanwhile go to the slot as usual and are moved when their turn comes; what is left when
+    /// the slot falls due is cascaded then.
+    fn cascade_early(&mut self) {
+        let budget = std::mem::take(&mut self.work) as usize * EARLY_PER_OPERATION;
+        if budget == 0 {
+            return;
+        }
+        for level in 1..self.depth {
+            let next = self.geometry.slot_for(level, self.now) + 1;
+            let from = self.current(level);
+            if next >= self.geometry.slots() || !self.levels[from].is_occupied(next) {
+                continue;
+            }
+            let below = level - 1;
+            let into = self.upcoming(below);
+            for _ in 0..budget {
+                let Some(index) = self.levels[from].pop_front(&self.slab, next) else {
+                    break;
+                };
+                let node = self.slab.node_mut(index);
+                let slot = self.geometry.slot_for(below, node.deadline);
+                node.pos = self.levels[into].push_back(slot, index);
+                node.level = self.levels[into].number();
+                node.slot = slot as u16;
+            }
+        }
     }
 }
 
@@ -335,10 +437,8 @@ impl<T> Iterator for Advance<'_, T> {
 
     fn next(&mut self) -> Option<Entry<T>> {
         let wheel = &mut *self.wheel;
-        if let Some(slot) = self.draining {
-            if let Some(index) = wheel.levels[0].pop_front(&wheel.slab, slot) {
-                return Some(wheel.slab.take(index));
-            }
+        if let Some(entry) = self.draining.and_then(|slot| wheel.hand_out(slot)) {
+            return Some(entry);
         }
         self.draining = wheel.due_slot(self.now);
         self.draining.map(|slot| wheel.pop_expired(slot))
@@ -379,6 +479,9 @@ impl<T: Clone> Clone for Wheel<T> {
     fn clone(&self) -> Self {
         Wheel {
             levels: self.levels.clone(),
+            main: self.main.clone(),
+            depth: self.depth,
+            work: self.work,
             slab: self.slab.clone(),
             geometry: self.geometry,
             now: self.now,

@@ -439,6 +439,65 @@ fn churn_through_stale_references_loses_and_duplicates_nothing() {
     assert!(wheel.is_empty());
 }
 
+/// A dense wheel, stepped tick by tick while entries come and go, against a `BTreeMap`: the
+/// early cascade moves entries into levels' next rotations as the clock runs, and nothing may
+/// come out early, late, twice, or not at all, on any slot count.
+#[test]
+fn dense_wheel_stepped_tick_by_tick_matches_a_sorted_map() {
+    for slots in [2, 4, 64] {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut wheel = Wheel::with_slots(slots).unwrap();
+        let mut model = std::collections::BTreeMap::new();
+        let mut keys = Vec::new();
+        let mut serial = 0u64;
+        for now in 1..6_000u64 {
+            for _ in 0..next(12) {
+                let deadline = now + next(9_000);
+                let key = wheel.insert(deadline, serial);
+                model.insert((deadline, serial), key);
+                keys.push((deadline, serial, key));
+                serial += 1;
+            }
+            if next(4) == 0 && !keys.is_empty() {
+                let (deadline, s, key) = keys.swap_remove(next(keys.len() as u64) as usize);
+                if model.remove(&(deadline, s)).is_some() {
+                    if next(2) == 0 {
+                        assert_eq!(wheel.remove(key), Some(s));
+                    } else {
+                        let moved = now + next(3_000);
+                        wheel.reschedule(key, moved).unwrap();
+                        model.insert((moved, s), key);
+                        keys.push((moved, s, key));
+                    }
+                }
+            }
+            let out: Vec<(u64, u64)> = wheel.advance(now).map(|e| (e.deadline, e.value)).collect();
+            let due: Vec<(u64, u64)> = model.range(..(now + 1, 0)).map(|(&k, _)| k).collect();
+            for k in &due {
+                model.remove(k);
+            }
+            let mut sorted = out.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, due, "{slots} slots, tick {now}");
+            assert!(out.iter().all(|&(d, _)| d <= now), "nothing early");
+            assert_eq!(wheel.len(), model.len());
+            if let Some(next_tick) = wheel.next_expiration() {
+                let earliest = model.keys().next().map(|&(d, _)| d);
+                assert!(
+                    earliest.is_none_or(|d| next_tick <= d.max(now)),
+                    "{slots} slots, tick {now}: next_expiration {next_tick} after {earliest:?}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn fifo_within_a_tick_across_insert_times() {
     let mut wheel = Wheel::new();
