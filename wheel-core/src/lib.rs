@@ -31,6 +31,14 @@
 //! on level 0). An entry moves down at most once per level, which is where the amortised O(1)
 //! comes from, and it is never handed out before its own deadline.
 //!
+//! A slot high up can hold a great many entries (every timer due in a 4-second stretch sits
+//! in one level-2 slot of a 1 ms wheel), and cascading it all at once would stall the caller
+//! while timers due right then wait. So the wheel also cascades *early*: each level keeps a
+//! second set of slots for its next rotation, and with every insert and hand-out, each level
+//! moves a couple of entries of its next slot into the next rotation of the level below. When
+//! the clock reaches that rotation it becomes the current one (a flag flips); whatever the early
+//! cascade had not moved yet cascades then as before.
+//!
 //! Entries live in one slab (chunks that never move, with a free list). Each slot is an array
 //! of `u32` slab indices and each entry records where it is (level, slot, position), so
 //! insert appends, and remove only touches the entry's own node: the reference it leaves in
