@@ -5,7 +5,7 @@
 //! stays small, a big one never copies, and no single allocation stalls a producer for long.
 //! Producers claim free slots from a lock-free queue that retiring timers refill, or take a
 //! fresh slot past the highest one used. A queued slot carries the generation its next timer
-//! gets, so claiming and arming a slot never reads its cell (see `TimerCell::arm`).
+//! gets, so a producer never touches the cell at all (see `TimerCell::arrive`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
