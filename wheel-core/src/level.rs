@@ -61,13 +61,10 @@ impl Taken {
     /// it is here, but its reference here has been passed by then: a node's latest place in a
     /// slot is its last reference there.
     pub(crate) fn next_live<T>(&mut self, slab: &Slab<T>) -> Option<u32> {
-        while let Some(&index) = self.items.get(self.head) {
+        while self.head < self.items.len() {
             let pos = self.head;
             self.head += 1;
-            if let Some(&ahead) = self.items.get(pos + LOOKAHEAD) {
-                slab.prefetch(ahead);
-            }
-            if slab.is_at(index, self.level, self.slot, pos as u32) {
+            if let Some(index) = live_at(slab, &self.items, pos, self.level, self.slot) {
                 return Some(index);
             }
         }
@@ -146,13 +143,10 @@ impl Level {
     /// Takes the first live entry of `slot`, if any.
     pub(crate) fn pop_front<T>(&mut self, slab: &Slab<T>, slot: usize) -> Option<u32> {
         let list = &mut self.lists[slot];
-        while let Some(&index) = list.items.get(list.head as usize) {
-            let pos = list.head;
+        while (list.head as usize) < list.items.len() {
+            let pos = list.head as usize;
             list.head += 1;
-            if let Some(&ahead) = list.items.get(pos as usize + LOOKAHEAD) {
-                slab.prefetch(ahead);
-            }
-            if slab.is_at(index, self.number, slot as u16, pos) {
+            if let Some(index) = live_at(slab, &list.items, pos, self.number, slot as u16) {
                 list.live -= 1;
                 if list.live == 0 {
                     self.empty(slot);
@@ -202,15 +196,21 @@ impl Level {
     }
 }
 
+/// The node referenced at `pos` of a slot's `items`, if that reference is live; every slot walk
+/// goes through here, and it starts loading the node `LOOKAHEAD` references on.
+fn live_at<T>(slab: &Slab<T>, items: &[u32], pos: usize, level: u8, slot: u16) -> Option<u32> {
+    if let Some(&ahead) = items.get(pos + LOOKAHEAD) {
+        slab.prefetch(ahead);
+    }
+    let index = items[pos];
+    slab.is_at(index, level, slot, pos as u32).then_some(index)
+}
+
 /// Drops a slot's stale references, keeping the live ones in order and their positions right.
 fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>, level: u8, slot: u16) {
     let mut kept = 0;
     for pos in list.head as usize..list.items.len() {
-        if let Some(&ahead) = list.items.get(pos + LOOKAHEAD) {
-            slab.prefetch(ahead);
-        }
-        let index = list.items[pos];
-        if slab.is_at(index, level, slot, pos as u32) {
+        if let Some(index) = live_at(slab, &list.items, pos, level, slot) {
             slab.place(index, level, slot, kept as u32);
             list.items[kept] = index;
             kept += 1;
