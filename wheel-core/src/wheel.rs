@@ -66,12 +66,12 @@ impl std::error::Error for InvalidSlots {}
 /// assert!(wheel.is_empty());
 /// ```
 pub struct Wheel<T> {
-    /// Two `Level`s per level of the hierarchy, numbered `k` and `k + depth`: the one `main`
+    /// Two `Level`s per level of the hierarchy, numbered `k` and `k + depth`: the one `current`
     /// names holds the level's current rotation, the other its next rotation as the early
     /// cascade fills it in.
     levels: Box<[Level]>,
-    /// For each level, which of its two `Level`s is current (0: `k`, 1: `k + depth`).
-    main: Box<[u8]>,
+    /// For each level `k`, which of its two `Level`s is current: `k` or `k + depth`.
+    current: Box<[usize]>,
     /// Levels in the hierarchy.
     depth: usize,
     /// Entries inserted or handed out since the early cascade last ran: its budget.
@@ -134,7 +134,7 @@ impl<T> Wheel<T> {
             levels: (0..2 * depth)
                 .map(|number| Level::new(number, geometry.slots()))
                 .collect(),
-            main: vec![0; depth].into_boxed_slice(),
+            current: (0..depth).collect(),
             depth,
             work: 0,
             slab: Slab::with_capacity(capacity),
@@ -314,7 +314,7 @@ impl<T> Wheel<T> {
             let level = self.geometry.level_for(self.now, node.deadline);
             (level, self.geometry.slot_for(level, node.deadline))
         };
-        let current = &mut self.levels[level + usize::from(self.main[level]) * self.depth];
+        let current = &mut self.levels[self.current[level]];
         node.pos = current.push_back(slot, index);
         node.level = current.number();
         node.slot = slot as u16;
@@ -327,14 +327,9 @@ impl<T> Wheel<T> {
         self.levels[level as usize].unlink(&mut self.slab, slot as usize);
     }
 
-    /// The `Level` holding `level`'s current rotation.
-    fn current(&self, level: usize) -> usize {
-        level + self.main[level] as usize * self.depth
-    }
-
-    /// The `Level` holding `level`'s next rotation.
+    /// The `Level` holding `level`'s next rotation: the one of its two that is not current.
     fn upcoming(&self, level: usize) -> usize {
-        level + (1 - self.main[level] as usize) * self.depth
+        2 * level + self.depth - self.current[level]
     }
 
     /// What falls due first, and when: the earliest occupied slot of any level's current
@@ -349,7 +344,7 @@ impl<T> Wheel<T> {
         };
         for level in 0..self.depth {
             let from = self.geometry.slot_for(level, self.now);
-            if let Some(slot) = self.levels[self.current(level)].next_occupied(from) {
+            if let Some(slot) = self.levels[self.current[level]].next_occupied(from) {
                 let start = self.geometry.slot_start(level, slot, self.now);
                 consider(start, Due::Slot { level, slot });
             }
@@ -369,14 +364,14 @@ impl<T> Wheel<T> {
     /// Takes the next entry of level-0 slot `slot`, if any, and counts it for the early
     /// cascade's budget.
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
-        let index = self.levels[self.current(0)].pop_front(&self.slab, slot)?;
+        let index = self.levels[self.current[0]].pop_front(&self.slab, slot)?;
         self.work = self.work.saturating_add(1);
         Some(self.slab.take(index))
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
     fn cascade(&mut self, level: usize, slot: usize) {
-        let current = self.current(level);
+        let current = self.current[level];
         let mut taken = self.levels[current].take(slot);
         while let Some(index) = taken.next_live(&self.slab) {
             self.link(index);
@@ -387,8 +382,8 @@ impl<T> Wheel<T> {
     /// The clock reached the start of `level`'s next rotation, which the early cascade filled
     /// in: it becomes the current one. The old one is empty: all of it was due before.
     fn next_rotation(&mut self, level: usize) {
-        debug_assert!(self.levels[self.current(level)].is_empty());
-        self.main[level] ^= 1;
+        debug_assert!(self.levels[self.current[level]].is_empty());
+        self.current[level] = self.upcoming(level);
     }
 
     /// The early cascade: a wheel that cascades a slot only when it falls due stalls for as
@@ -406,7 +401,7 @@ impl<T> Wheel<T> {
         }
         for level in 1..self.depth {
             let next = self.geometry.slot_for(level, self.now) + 1;
-            let from = self.current(level);
+            let from = self.current[level];
             if next >= self.geometry.slots() || !self.levels[from].is_occupied(next) {
                 continue;
             }
@@ -482,7 +477,7 @@ impl<T: Clone> Clone for Wheel<T> {
     fn clone(&self) -> Self {
         Wheel {
             levels: self.levels.clone(),
-            main: self.main.clone(),
+            current: self.current.clone(),
             depth: self.depth,
             work: self.work,
             slab: self.slab.clone(),
