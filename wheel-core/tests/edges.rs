@@ -8,6 +8,16 @@ fn due<T>(wheel: &mut Wheel<T>, now: u64) -> Vec<T> {
     wheel.advance(now).map(|e| e.value).collect()
 }
 
+/// A deterministic xorshift stream: `next(n)` is a number below `n`.
+fn xorshift(mut state: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    }
+}
+
 /// Asserts every operation on `key` reports it as stale.
 fn assert_stale<T: std::fmt::Debug>(wheel: &mut Wheel<T>, key: TimerKey) {
     assert!(!wheel.contains(key));
@@ -399,13 +409,7 @@ fn many_entries_in_one_slot_keep_fifo_order() {
 /// must still hand out exactly the live entries, each once, FIFO within a deadline.
 #[test]
 fn churn_through_stale_references_loses_and_duplicates_nothing() {
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move |n: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % n
-    };
+    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
     let mut wheel = Wheel::new();
     let deadlines = [3u64, 70, 5_000, 300_000];
     // (deadline, serial) -> key; BTreeMap order is the expected hand-out order.
@@ -445,13 +449,7 @@ fn churn_through_stale_references_loses_and_duplicates_nothing() {
 #[test]
 fn dense_wheel_stepped_tick_by_tick_matches_a_sorted_map() {
     for slots in [2, 4, 64] {
-        let mut rng = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut wheel = Wheel::with_slots(slots).unwrap();
         let mut model = std::collections::BTreeMap::new();
         let mut keys = Vec::new();
