@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
     origin: Instant,
-    tick_nanos: u64,
+    /// The tick in nanoseconds, as a divisor.
     tick: Divisor,
 }
 
@@ -69,7 +69,6 @@ impl Clock {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         Clock {
             origin: Instant::now(),
-            tick_nanos,
             tick: Divisor::new(tick_nanos),
         }
     }
@@ -102,7 +101,7 @@ impl Clock {
 
     /// The instant tick `tick` begins (pinned a century out when it is beyond `Instant`).
     pub(crate) fn instant(&self, tick: u64) -> Instant {
-        let nanos = u128::from(tick) * u128::from(self.tick_nanos);
+        let nanos = u128::from(tick) * u128::from(self.tick.d);
         let offset = u64::try_from(nanos)
             .map(Duration::from_nanos)
             .unwrap_or(FAR_FUTURE)
