@@ -55,6 +55,8 @@ pub(crate) struct Armed {
 pub(crate) struct NewTimer {
     pub(crate) armed: Armed,
     pub(crate) deadline: u64,
+    /// `armed.job.period().is_some()`, read by the producer while the box is in its cache, so
+    /// the tick thread need not touch the box to arm the cell.
     pub(crate) repeating: bool,
 }
 
