@@ -28,10 +28,10 @@ const ROOM_SIGNAL_EVERY: usize = 1024;
 const TRANSFER_CHUNK: usize = 2048;
 
 /// Timers taken from the ring or the wheel at a time, their cells warmed together before any
-/// is worked on. Each cell is a cache miss (a producer on another core wrote it, or it went
-/// cold while the timer waited); touching a batch first lets those misses overlap instead of
-/// stalling the loop one by one. Profiling the 1 M-timer bench showed three quarters of the
-/// tick loop's own time waiting on that one load in `expire`.
+/// is worked on. Each cell is a cache miss (it went cold while its slot was free or its timer
+/// waited, or a `cancel` on another core wrote it); touching a batch first lets those misses
+/// overlap instead of stalling the loop one by one. Profiling the 1 M-timer bench showed three
+/// quarters of the tick loop's own time waiting on that one load in `expire`.
 const WARM_BATCH: usize = 32;
 
 pub(crate) struct TickLoop<'a> {
