@@ -15,7 +15,7 @@ use crate::slab::Slab;
 /// Removing an entry does not touch the array (that would be a second cache miss beside the
 /// node's): the reference stays behind, *stale*, and is skipped when the slot is walked. A
 /// reference at position `p` of slot `s` on level `l` is live exactly when its node says it is
-/// at `(l, s, p)`. A freed node says `VACANT`; a node reused into another slot names that slot;
+/// at `(l, s, p)`. A freed node is vacant; a node reused into another slot names that slot;
 /// a node reused into this same slot sits at a later position, because positions are never
 /// handed out twice while stale references remain (the array only grows until it is cleared,
 /// taken, or compacted, and each of those drops the stale references). Stale references go

@@ -148,10 +148,11 @@ impl<T> Wheel<T> {
         self.slab.reserve(additional);
     }
 
-    /// Bytes of bookkeeping one entry costs beside its `T` in the slab (for footprint tests).
+    /// Bytes of bookkeeping one entry costs beside its `T`: its slab node, and its place in
+    /// the slab's stack of vacant nodes (for footprint tests).
     #[doc(hidden)]
     pub fn entry_footprint() -> usize {
-        std::mem::size_of::<Node<T>>() - std::mem::size_of::<T>()
+        std::mem::size_of::<Node<T>>() - std::mem::size_of::<T>() + std::mem::size_of::<u32>()
     }
 
     /// How many entries fit without allocating.
@@ -226,13 +227,13 @@ impl<T> Wheel<T> {
     /// The value of a live entry.
     pub fn get(&self, key: TimerKey) -> Option<&T> {
         let index = self.slab.resolve(key)?;
-        self.slab.node(index).value.as_ref()
+        self.slab.node(index).value()
     }
 
     /// The value of a live entry, to change in place.
     pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
         let index = self.slab.resolve(key)?;
-        self.slab.node_mut(index).value.as_mut()
+        self.slab.node_mut(index).value_mut()
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
@@ -315,9 +316,8 @@ impl<T> Wheel<T> {
             (level, self.geometry.slot_for(level, node.deadline))
         };
         let current = &mut self.levels[self.current[level]];
-        node.pos = current.push_back(slot, index);
-        node.level = current.number();
-        node.slot = slot as u16;
+        let pos = current.push_back(slot, index);
+        node.place(current.number(), slot as u16, pos);
     }
 
     /// Takes node `index` out of its slot: the node forgets its place first, so its reference
@@ -413,9 +413,8 @@ impl<T> Wheel<T> {
                 };
                 let node = self.slab.node_mut(index);
                 let slot = self.geometry.slot_for(below, node.deadline);
-                node.pos = self.levels[into].push_back(slot, index);
-                node.level = self.levels[into].number();
-                node.slot = slot as u16;
+                let pos = self.levels[into].push_back(slot, index);
+                node.place(self.levels[into].number(), slot as u16, pos);
             }
         }
     }
