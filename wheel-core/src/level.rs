@@ -259,6 +259,16 @@ impl Geometry {
         ((tick >> self.shift(level)) & (self.slots() as u64 - 1)) as usize
     }
 
+    /// The (level, slot) where an entry due at `deadline` belongs when the clock reads `now`:
+    /// the current level-0 slot if it is due already.
+    pub(crate) fn place(self, now: u64, deadline: u64) -> (usize, usize) {
+        if deadline <= now {
+            return (0, self.slot_for(0, now));
+        }
+        let level = self.level_for(now, deadline);
+        (level, self.slot_for(level, deadline))
+    }
+
     /// The level for `deadline` seen from `now` (`deadline > now`): the level of the highest
     /// digit in which they differ.
     pub(crate) fn level_for(self, now: u64, deadline: u64) -> usize {
@@ -316,13 +326,13 @@ mod tests {
     fn bitmap_search_spans_words() {
         let mut level = Level::new(0, 256);
         let mut slab = Slab::with_capacity(2);
-        let a = slab.insert(0, ()).index();
-        let b = slab.insert(0, ()).index();
         assert_eq!(level.next_occupied(0), None);
-        let pos = level.push_back(200, a);
-        slab.place(a, 0, 200, pos);
-        let pos = level.push_back(3, b);
-        slab.place(b, 0, 3, pos);
+        let a = slab
+            .insert(0, (), |i| (0, 200, level.push_back(200, i)))
+            .index();
+        let b = slab
+            .insert(0, (), |i| (0, 3, level.push_back(3, i)))
+            .index();
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);

@@ -191,8 +191,12 @@ impl<T> Wheel<T> {
     /// # Panics
     /// Only when `u32::MAX` entries would be live at once.
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
-        let key = self.slab.insert(deadline, value);
-        self.link(key.index);
+        let (level, slot) = self.geometry.place(self.now, deadline);
+        let current = &mut self.levels[self.current[level]];
+        let key = self.slab.insert(deadline, value, |index| {
+            let pos = current.push_back(slot, index);
+            (current.number(), slot as u16, pos)
+        });
         self.work = self.work.saturating_add(1);
         key
     }
@@ -309,12 +313,7 @@ impl<T> Wheel<T> {
     /// runs for every insert and every cascaded entry).
     fn link(&mut self, index: u32) {
         let node = self.slab.node_mut(index);
-        let (level, slot) = if node.deadline <= self.now {
-            (0, self.geometry.slot_for(0, self.now))
-        } else {
-            let level = self.geometry.level_for(self.now, node.deadline);
-            (level, self.geometry.slot_for(level, node.deadline))
-        };
+        let (level, slot) = self.geometry.place(self.now, node.deadline);
         let current = &mut self.levels[self.current[level]];
         let pos = current.push_back(slot, index);
         node.place(current.number(), slot as u16, pos);
