@@ -39,12 +39,12 @@
 //! the clock reaches that rotation it becomes the current one (a flag flips); whatever the early
 //! cascade had not moved yet cascades then as before.
 //!
-//! Entries live in one slab (chunks that never move, with a free list). Each slot is an array
-//! of `u32` slab indices and each entry records where it is (level, slot, position), so
-//! insert appends, and remove only touches the entry's own node: the reference it leaves in
-//! the array reads as stale because the node no longer says it is there, and stale references
-//! are skipped when the slot is walked, or compacted away once they outnumber the live ones.
-//! O(1), with no allocation once the arrays have grown. Walking a slot's array issues
+//! Entries live in one slab (chunks that never move, with a stack of vacant places). Each
+//! slot is an array of `u32` slab indices and each entry records where it is (level, slot,
+//! position), so insert appends, and remove only touches the entry's own node: the reference
+//! it leaves in the array reads as stale because the node no longer says it is there, and
+//! stale references are skipped when the slot is walked, or compacted away once they
+//! outnumber the live ones: O(1), with no allocation once the arrays have grown. Walking a slot's array issues
 //! independent loads, and the walk prefetches nodes a few entries ahead, so a cascade over
 //! entries that are cold in cache overlaps the misses (an intrusive linked list would pay
 //! them one by one). A [`TimerKey`] is the slab index plus a generation, so a stale key is
