@@ -6,6 +6,10 @@
 //! Producers claim free slots from a lock-free queue that retiring timers refill, or take a
 //! fresh slot past the highest one used. A queued slot carries the generation its next timer
 //! gets, so a producer never touches the cell at all (see `TimerCell::arrive`).
+//!
+//! The shared queue is kept short: past [`SHARED_FREE_TARGET`] slots, the tick thread keeps
+//! the slots it retires in its own [`Recycler`] and tops the queue up once per pass (see there
+//! for why).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -21,6 +25,16 @@ const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 const SEGMENTS: usize = 1 << 12;
 /// One past the highest slot a shard hands out.
 const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
+
+/// Free slots the shared queue holds for producers, at most; the tick thread keeps the rest.
+pub(crate) const SHARED_FREE_TARGET: usize = 1 << 16;
+
+/// Free slots moved from the tick thread's store to the shared queue per pass, at most, so a
+/// top-up never holds up expiries for long.
+const TOP_UP_PER_PASS: usize = 8192;
+
+/// Free slots per chunk of a [`Recycler`]'s store.
+const SPARE_CHUNK: usize = 4096;
 
 pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[TimerCell]>>]>,
@@ -91,7 +105,12 @@ impl TimerTable {
 
     /// Puts back a claimed slot whose generation `gen` was never handed out in an id.
     pub(crate) fn unclaim(&self, slot: u32, gen: u32) {
-        self.free.push(u64::from(gen) << 32 | u64::from(slot));
+        self.free.push(free_entry(slot, gen));
+    }
+
+    /// Slots in the shared queue.
+    fn queued(&self) -> usize {
+        self.free.len()
     }
 
     /// One past the highest slot ever handed out.
@@ -99,6 +118,93 @@ impl TimerTable {
     pub(crate) fn high_water(&self) -> u32 {
         self.fresh.load(Ordering::Relaxed)
     }
+}
+
+/// The tick thread's own store of free slots, for those the shared queue should not hold yet.
+///
+/// The shared queue (crossbeam's `Injector`) allocates a block every 63 slots, and producers
+/// free the blocks as they claim. After a burst, when timers fire by the million and nobody
+/// schedules, it grew by that many blocks: fresh memory that the allocator faulted in and
+/// zeroed on the tick thread, a millisecond at a time (a few percent of the tick threads' time
+/// in `cargo xtask bench`'s 10 M-timer round, in episodes that made timers late). Here retired
+/// slots past the target wait in chunks that are kept when emptied, so a drain allocates only
+/// beyond the largest one before it and never copies.
+pub(crate) struct Recycler {
+    /// The chunks in use come first, the last of them partly full; emptied ones stay behind
+    /// for reuse.
+    chunks: Vec<Vec<u64>>,
+    in_use: usize,
+    /// Slots the shared queue still takes before the next top-up.
+    room: usize,
+    target: usize,
+}
+
+impl Recycler {
+    pub(crate) fn new() -> Self {
+        Self::with_target(SHARED_FREE_TARGET)
+    }
+
+    fn with_target(target: usize) -> Self {
+        Recycler {
+            chunks: Vec::new(),
+            in_use: 0,
+            room: target,
+            target,
+        }
+    }
+
+    /// Puts back a slot whose timer of generation `gen` has ended (its cell retired).
+    pub(crate) fn recycle(&mut self, table: &TimerTable, slot: u32, gen: u32) {
+        let entry = free_entry(slot, gen.wrapping_add(1));
+        if self.room > 0 {
+            self.room -= 1;
+            table.free.push(entry);
+        } else {
+            self.keep(entry);
+        }
+    }
+
+    /// Once per pass: tops the shared queue up towards the target from the store, and
+    /// learns how much room it has left.
+    pub(crate) fn top_up(&mut self, table: &TimerTable) {
+        let mut room = self.target.saturating_sub(table.queued());
+        for _ in 0..room.min(TOP_UP_PER_PASS) {
+            let Some(entry) = self.take() else { break };
+            table.free.push(entry);
+            room -= 1;
+        }
+        self.room = room;
+    }
+
+    fn keep(&mut self, entry: u64) {
+        if self.in_use == 0 || self.chunks[self.in_use - 1].len() == SPARE_CHUNK {
+            if self.in_use == self.chunks.len() {
+                self.chunks.push(Vec::with_capacity(SPARE_CHUNK));
+            }
+            self.in_use += 1;
+        }
+        self.chunks[self.in_use - 1].push(entry);
+    }
+
+    fn take(&mut self) -> Option<u64> {
+        let chunk = self.chunks[..self.in_use].last_mut()?;
+        let entry = chunk.pop();
+        if chunk.is_empty() {
+            self.in_use -= 1;
+        }
+        entry
+    }
+
+    /// Slots in the store.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.chunks[..self.in_use].iter().map(Vec::len).sum()
+    }
+}
+
+/// A free slot as the queues hold it: the slot with the generation its next timer gets.
+fn free_entry(slot: u32, gen: u32) -> u64 {
+    u64::from(gen) << 32 | u64::from(slot)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -137,5 +243,46 @@ mod tests {
         assert!(table.cell(70_000).is_none());
         assert!(table.cell(u32::MAX).is_none());
         assert_eq!(table.high_water(), 2);
+    }
+
+    #[test]
+    fn the_tick_threads_store_keeps_what_the_shared_queue_should_not_hold() {
+        let table = TimerTable::new();
+        let mut recycler = Recycler::with_target(3);
+        let slots: Vec<u32> = (0..SPARE_CHUNK as u32 + 10).collect();
+        for &slot in &slots {
+            recycler.recycle(&table, slot, 0);
+        }
+        assert_eq!(table.queued(), 3, "the shared queue gets the target");
+        assert_eq!(
+            recycler.kept(),
+            slots.len() - 3,
+            "the rest waits, over two chunks"
+        );
+        let claimed: Vec<_> = (0..3).map(|_| table.claim().unwrap()).collect();
+        assert_eq!(claimed, [(0, 1), (1, 1), (2, 1)], "generations move on");
+        recycler.top_up(&table);
+        assert_eq!(table.queued(), 3, "a top-up refills to the target");
+        assert_eq!(recycler.kept(), slots.len() - 6);
+
+        let mut seen: Vec<u32> = claimed.iter().map(|&(slot, _)| slot).collect();
+        loop {
+            while table.queued() > 0 {
+                seen.push(table.claim().unwrap().0);
+            }
+            recycler.top_up(&table);
+            if table.queued() == 0 {
+                break;
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, slots, "every slot comes back exactly once");
+        assert_eq!(table.high_water(), 0, "no fresh slot was needed");
+
+        let chunks = recycler.chunks.len();
+        for &slot in &slots {
+            recycler.recycle(&table, slot, 1);
+        }
+        assert_eq!(recycler.chunks.len(), chunks, "emptied chunks are reused");
     }
 }

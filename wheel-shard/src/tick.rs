@@ -16,6 +16,7 @@ use crate::executor::{Repeat, Run};
 use crate::job::{Armed, NewTimer};
 use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
 use crate::state::{Admission, Expiry, TimerCell};
+use crate::table::Recycler;
 use crate::timer::{TimerId, Unfired};
 
 /// Due timers handed out per pass of the loop (each pass also drains the ring).
@@ -38,6 +39,8 @@ pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
     wheel: Wheel<Armed>,
+    /// Where the slots of ended timers go back to producers.
+    recycler: Recycler,
     /// `Config::transfer_batch`: the most commands moved during one tick.
     batch: usize,
     /// The tick the transfer budget is counted for, and what is left of it.
@@ -56,6 +59,7 @@ impl<'a> TickLoop<'a> {
             core,
             shard: &core.shards[shard],
             wheel,
+            recycler: Recycler::new(),
             batch: core.config.transfer_batch,
             budget_tick: 0,
             budget_left: core.config.transfer_batch,
@@ -76,6 +80,7 @@ impl<'a> TickLoop<'a> {
             let may_transfer = self.transfer(now);
             let touched = self.apply_notices();
             self.expire(now);
+            self.recycler.top_up(&shard.table);
             self.publish();
             let ring_waits = !shard.ring.is_empty();
             let next = self.wheel.next_expiration();
@@ -249,7 +254,8 @@ impl<'a> TickLoop<'a> {
         match cell.expire(armed.gen, now) {
             Expiry::Fire(deadline) => {
                 self.shard.limit.release();
-                self.shard.table.recycle(armed.slot, armed.gen);
+                self.recycler
+                    .recycle(&self.shard.table, armed.slot, armed.gen);
                 Some(Run {
                     job: armed.job,
                     deadline,
@@ -281,9 +287,9 @@ impl<'a> TickLoop<'a> {
     }
 
     /// A timer cancelled before it could fire: retired, counted, its slot freed.
-    fn end_cancelled(&self, slot: u32, gen: u32) {
+    fn end_cancelled(&mut self, slot: u32, gen: u32) {
         self.shard.retire_cancelled(slot);
-        self.shard.table.recycle(slot, gen);
+        self.recycler.recycle(&self.shard.table, slot, gen);
     }
 
     fn publish(&self) {
