@@ -8,6 +8,7 @@
 //! tick's slot: a level never wraps, and finding the next due slot is one masked
 //! `trailing_zeros` on the level's occupancy bitmap.
 
+use crate::refs::{Pool, Refs};
 use crate::slab::Slab;
 
 /// One slot: the slab indices of its entries in arrival order, FIFO.
@@ -23,10 +24,11 @@ use crate::slab::Slab;
 ///
 /// An array rather than an intrusive list because walking it issues independent loads: a
 /// cascade over cold entries overlaps its cache misses instead of paying them one after
-/// another along a chain of `next` pointers.
+/// another along a chain of `next` pointers. It is kept in chunks from the level's pool (see
+/// [`Refs`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SlotList {
-    items: Vec<u32>,
+    items: Refs,
     /// References before `head` were handed out already.
     head: u32,
     live: u32,
@@ -46,11 +48,13 @@ pub(crate) struct Level {
     occupied: Box<[u64]>,
     /// How many bits of `occupied` are set.
     occupied_slots: u32,
+    /// Chunks for the slots' arrays, shared by the slots of this level.
+    pool: Pool,
 }
 
 /// A slot's references, taken out whole by [`Level::take`] for a cascade.
 pub(crate) struct Taken {
-    items: Vec<u32>,
+    items: Refs,
     level: u8,
     slot: u16,
     head: usize,
@@ -79,6 +83,7 @@ impl Level {
             lists: (0..slots).map(|_| SlotList::default()).collect(),
             occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
             occupied_slots: 0,
+            pool: Pool::default(),
         }
     }
 
@@ -122,10 +127,8 @@ impl Level {
             self.mark_occupied(slot);
         }
         let list = &mut self.lists[slot];
-        let pos = list.items.len() as u32;
-        list.items.push(index);
         list.live += 1;
-        pos
+        list.items.push(&mut self.pool, index)
     }
 
     /// Counts one of `slot`'s entries gone (its node no longer says it is here). Its reference
@@ -136,7 +139,7 @@ impl Level {
         if list.live == 0 {
             self.empty(slot);
         } else if list.items.len() - list.head as usize > 2 * list.live as usize + 32 {
-            compact(list, slab, self.number, slot as u16);
+            compact(list, &mut self.pool, slab, self.number, slot as u16);
         }
     }
 
@@ -157,8 +160,8 @@ impl Level {
         None
     }
 
-    /// Empties `slot`, handing over its references. Give the vector back with
-    /// [`Level::restore`] so its capacity is reused.
+    /// Empties `slot`, handing over its references. Give them back with [`Level::restore`]
+    /// so their chunks are reused.
     pub(crate) fn take(&mut self, slot: usize) -> Taken {
         let list = &mut self.lists[slot];
         let taken = Taken {
@@ -173,19 +176,15 @@ impl Level {
         taken
     }
 
-    /// Returns the vector [`Level::take`] handed over, to keep its allocation.
+    /// Takes back the references [`Level::take`] handed over, their chunks into the pool.
     pub(crate) fn restore(&mut self, taken: Taken) {
-        let list = &mut self.lists[taken.slot as usize];
         let mut items = taken.items;
-        if list.items.capacity() < items.capacity() && list.items.is_empty() {
-            items.clear();
-            list.items = items;
-        }
+        items.clear(&mut self.pool);
     }
 
     fn empty(&mut self, slot: usize) {
         let list = &mut self.lists[slot];
-        list.items.clear();
+        list.items.clear(&mut self.pool);
         list.head = 0;
         self.mark_empty(slot);
     }
@@ -198,26 +197,28 @@ impl Level {
 
 /// The node referenced at `pos` of a slot's `items`, if that reference is live; every slot walk
 /// goes through here, and it starts loading the node `LOOKAHEAD` references on.
-fn live_at<T>(slab: &Slab<T>, items: &[u32], pos: usize, level: u8, slot: u16) -> Option<u32> {
-    if let Some(&ahead) = items.get(pos + LOOKAHEAD) {
+fn live_at<T>(slab: &Slab<T>, items: &Refs, pos: usize, level: u8, slot: u16) -> Option<u32> {
+    if let Some(ahead) = items.get(pos + LOOKAHEAD) {
         slab.prefetch(ahead);
     }
-    let index = items[pos];
+    let index = items
+        .get(pos)
+        .expect("a walk stays below the array's length");
     slab.is_at(index, level, slot, pos as u32).then_some(index)
 }
 
 /// Drops a slot's stale references, keeping the live ones in order and their positions right.
-fn compact<T>(list: &mut SlotList, slab: &mut Slab<T>, level: u8, slot: u16) {
+fn compact<T>(list: &mut SlotList, pool: &mut Pool, slab: &mut Slab<T>, level: u8, slot: u16) {
     let mut kept = 0;
     for pos in list.head as usize..list.items.len() {
         if let Some(index) = live_at(slab, &list.items, pos, level, slot) {
             slab.place(index, level, slot, kept as u32);
-            list.items[kept] = index;
+            list.items.set(kept, index);
             kept += 1;
         }
     }
     debug_assert_eq!(kept, list.live as usize);
-    list.items.truncate(kept);
+    list.items.truncate(pool, kept);
     list.head = 0;
 }
 

@@ -96,6 +96,7 @@
 
 mod key;
 mod level;
+mod refs;
 mod slab;
 mod wheel;
 

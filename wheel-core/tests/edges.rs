@@ -443,6 +443,47 @@ fn churn_through_stale_references_loses_and_duplicates_nothing() {
     assert!(wheel.is_empty());
 }
 
+/// A slot's array lives in chunks of 1 024 references that compaction and emptying give back
+/// to the level's pool. Thousands of entries in one slot, removed and re-added in waves, make
+/// compactions run across chunk boundaries and reuse positions past the cut: the live entries
+/// must still come out once each, in FIFO order.
+#[test]
+fn compaction_across_chunks_keeps_exactly_the_live_entries_in_order() {
+    let mut next = xorshift(0xC0FF_EE00_1234_5678);
+    let mut wheel = Wheel::new();
+    let deadline = 300_000; // a level-2 slot, then a cascade through levels 1 and 0
+    let mut live: Vec<(u64, wheel_core::TimerKey)> = Vec::new(); // (serial, key), FIFO
+    let mut serial = 0u64;
+    for wave in 0..6 {
+        for _ in 0..3_000 {
+            live.push((serial, wheel.insert(deadline, serial)));
+            serial += 1;
+        }
+        let mut kept = Vec::new();
+        let mut moved = Vec::new();
+        for (s, key) in live.drain(..) {
+            match next(10) {
+                0..=6 => assert_eq!(wheel.remove(key), Some(s), "wave {wave}"),
+                7 => {
+                    // To the back of the same slot, under a new serial.
+                    wheel.reschedule(key, deadline).unwrap();
+                    *wheel.get_mut(key).unwrap() = serial;
+                    moved.push((serial, key));
+                    serial += 1;
+                }
+                _ => kept.push((s, key)),
+            }
+        }
+        kept.extend(moved);
+        live = kept;
+        assert_eq!(wheel.len(), live.len());
+    }
+    assert!(due(&mut wheel, deadline - 1).is_empty());
+    let expected: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
+    assert_eq!(due(&mut wheel, deadline), expected);
+    assert!(wheel.is_empty());
+}
+
 /// A dense wheel, stepped tick by tick while entries come and go, against a `BTreeMap`: the
 /// early cascade moves entries into levels' next rotations as the clock runs, and nothing may
 /// come out early, late, twice, or not at all, on any slot count.
