@@ -120,15 +120,16 @@ impl Level {
         }
     }
 
-    /// Appends node `index` to `slot` and returns its position there; the caller records it,
-    /// with this level and slot, in the node.
-    pub(crate) fn push_back(&mut self, slot: usize, index: u32) -> u32 {
+    /// Appends node `index` to `slot` and returns where it now is, (level number, slot,
+    /// position): what the caller records in the node.
+    pub(crate) fn push_back(&mut self, slot: usize, index: u32) -> (u8, u16, u32) {
         if self.lists[slot].live == 0 {
             self.mark_occupied(slot);
         }
         let list = &mut self.lists[slot];
         list.live += 1;
-        list.items.push(&mut self.pool, index)
+        let pos = list.items.push(&mut self.pool, index);
+        (self.number, slot as u16, pos)
     }
 
     /// Counts one of `slot`'s entries gone (its node no longer says it is here). Its reference
@@ -187,11 +188,6 @@ impl Level {
         list.items.clear(&mut self.pool);
         list.head = 0;
         self.mark_empty(slot);
-    }
-
-    /// This level's number, which nodes on it record.
-    pub(crate) fn number(&self) -> u8 {
-        self.number
     }
 }
 
@@ -328,12 +324,8 @@ mod tests {
         let mut level = Level::new(0, 256);
         let mut slab = Slab::with_capacity(2);
         assert_eq!(level.next_occupied(0), None);
-        let a = slab
-            .insert(0, (), |i| (0, 200, level.push_back(200, i)))
-            .index();
-        let b = slab
-            .insert(0, (), |i| (0, 3, level.push_back(3, i)))
-            .index();
+        let a = slab.insert(0, (), |i| level.push_back(200, i)).index();
+        let b = slab.insert(0, (), |i| level.push_back(3, i)).index();
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);

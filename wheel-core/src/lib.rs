@@ -44,11 +44,11 @@
 //! position), so insert appends, and remove only touches the entry's own node: the reference
 //! it leaves in the array reads as stale because the node no longer says it is there, and
 //! stale references are skipped when the slot is walked, or compacted away once they
-//! outnumber the live ones: O(1), with no allocation once the arrays have grown. Walking a slot's array issues
-//! independent loads, and the walk prefetches nodes a few entries ahead, so a cascade over
-//! entries that are cold in cache overlaps the misses (an intrusive linked list would pay
-//! them one by one). A [`TimerKey`] is the slab index plus a generation, so a stale key is
-//! recognised and never touches a newer entry that reuses the place.
+//! outnumber the live ones: O(1), with no allocation once the arrays have grown. Walking a
+//! slot's array issues independent loads, and the walk prefetches nodes a few entries ahead,
+//! so a cascade over entries that are cold in cache overlaps the misses (an intrusive linked
+//! list would pay them one by one). A [`TimerKey`] is the slab index plus a generation, so a
+//! stale key is recognised and never touches a newer entry that reuses the place.
 //!
 //! # A worked example
 //!

@@ -56,8 +56,8 @@ impl Refs {
         if pos >> CHUNK_BITS == self.chunks.len() {
             self.chunks.push(pool.chunk());
         }
-        self.chunks[pos >> CHUNK_BITS][pos & CHUNK_MASK] = index;
         self.len += 1;
+        self.set(pos, index);
         pos as u32
     }
 

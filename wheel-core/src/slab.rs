@@ -57,7 +57,7 @@ impl<T> Node<T> {
             && self
                 .live
                 .as_ref()
-                .is_some_and(|live| live.slot == slot && live.level_plus_one == level_tag(level))
+                .is_some_and(|live| live.slot == slot && live.level() == level)
     }
 
     pub(crate) fn value(&self) -> Option<&T> {
@@ -66,6 +66,12 @@ impl<T> Node<T> {
 
     pub(crate) fn value_mut(&mut self) -> Option<&mut T> {
         self.live.as_mut().map(|live| &mut live.value)
+    }
+}
+
+impl<T> Live<T> {
+    fn level(&self) -> u8 {
+        self.level_plus_one.get() - 1
     }
 }
 
@@ -252,7 +258,7 @@ impl<T> Slab<T> {
         let node = self.node_mut(index);
         node.pos = NIL;
         let live = node.live.as_ref().expect("only a live node is detached");
-        (live.level_plus_one.get() - 1, live.slot)
+        (live.level(), live.slot)
     }
 
     /// Whether node `index` is live at position `pos` of `slot` on `level`: what tells a live

@@ -193,10 +193,9 @@ impl<T> Wheel<T> {
     pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
         let (level, slot) = self.geometry.place(self.now, deadline);
         let current = &mut self.levels[self.current[level]];
-        let key = self.slab.insert(deadline, value, |index| {
-            let pos = current.push_back(slot, index);
-            (current.number(), slot as u16, pos)
-        });
+        let key = self
+            .slab
+            .insert(deadline, value, |index| current.push_back(slot, index));
         self.work = self.work.saturating_add(1);
         key
     }
@@ -315,8 +314,8 @@ impl<T> Wheel<T> {
         let node = self.slab.node_mut(index);
         let (level, slot) = self.geometry.place(self.now, node.deadline);
         let current = &mut self.levels[self.current[level]];
-        let pos = current.push_back(slot, index);
-        node.place(current.number(), slot as u16, pos);
+        let (level, slot, pos) = current.push_back(slot, index);
+        node.place(level, slot, pos);
     }
 
     /// Takes node `index` out of its slot: the node forgets its place first, so its reference
@@ -412,8 +411,8 @@ impl<T> Wheel<T> {
                 };
                 let node = self.slab.node_mut(index);
                 let slot = self.geometry.slot_for(below, node.deadline);
-                let pos = self.levels[into].push_back(slot, index);
-                node.place(self.levels[into].number(), slot as u16, pos);
+                let (level, slot, pos) = self.levels[into].push_back(slot, index);
+                node.place(level, slot, pos);
             }
         }
     }
