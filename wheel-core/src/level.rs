@@ -20,7 +20,8 @@ use crate::slab::Slab;
 /// a node reused into this same slot sits at a later position, because positions are never
 /// handed out twice while stale references remain (the array only grows until it is cleared,
 /// taken, or compacted, and each of those drops the stale references). Stale references go
-/// when the slot empties, and are compacted away once they outnumber the live ones.
+/// when the slot empties, and are compacted away once they outnumber the live ones: a few at a
+/// time (see [`Compaction`]), because a slot can hold millions of references.
 ///
 /// An array rather than an intrusive list because walking it issues independent loads: a
 /// cascade over cold entries overlaps its cache misses instead of paying them one after
@@ -38,6 +39,30 @@ pub(crate) struct SlotList {
 /// misses of a few entries, few enough that the prefetched lines are still in L1 when used.
 const LOOKAHEAD: usize = 24;
 
+/// References a compaction looks at per entry removed from its level. Compaction starts when a
+/// slot's references number twice its live entries; looking at four per removal finishes it
+/// before removals could double the slot again, so memory stays within a small factor of the
+/// live entries, while no single removal does more than this much of it.
+const COMPACT_PER_UNLINK: usize = 4;
+
+/// A compaction in progress on one slot of a level: it walks the slot's references from `read`
+/// on and moves the live ones down to `write`, in order, updating the positions their nodes
+/// record.
+///
+/// It runs a few steps per removal rather than all at once: a level-2 slot of a 1 ms wheel can
+/// hold millions of references, and compacting one whole stalled the caller for tens of
+/// milliseconds (24 ms measured at 1 M pending), long enough to make every timer of a shard
+/// late. In between, the slot stays usable as it is: positions before `write` hold live
+/// references in order, those from `write` to `read` only references whose nodes have moved
+/// down (or were stale already), so they read as stale, and the rest is as it was. Appends go
+/// to the end, and a walk from the head sees the live entries in their order.
+#[derive(Clone, Copy, Debug)]
+struct Compaction {
+    slot: usize,
+    read: usize,
+    write: usize,
+}
+
 /// `2^bits` slot lists and a bitmap of the non-empty ones. The wheel keeps two per level (see
 /// `Wheel`'s early cascade), each with its own number for nodes to record.
 #[derive(Clone)]
@@ -50,6 +75,8 @@ pub(crate) struct Level {
     occupied_slots: u32,
     /// Chunks for the slots' arrays, shared by the slots of this level.
     pool: Pool,
+    /// The slot being compacted, if any: one at a time per level.
+    compaction: Option<Compaction>,
 }
 
 /// A slot's references, taken out whole by [`Level::take`] for a cascade.
@@ -84,6 +111,7 @@ impl Level {
             occupied: vec![0; slots.div_ceil(64)].into_boxed_slice(),
             occupied_slots: 0,
             pool: Pool::default(),
+            compaction: None,
         }
     }
 
@@ -133,14 +161,61 @@ impl Level {
     }
 
     /// Counts one of `slot`'s entries gone (its node no longer says it is here). Its reference
-    /// stays, stale, until the slot empties or is compacted.
+    /// stays, stale, until the slot empties or is compacted; a slot whose stale references
+    /// outnumber the live ones starts a compaction, and every removal moves the level's
+    /// compaction on by a few references.
     pub(crate) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize) {
         let list = &mut self.lists[slot];
         list.live -= 1;
         if list.live == 0 {
             self.empty(slot);
-        } else if list.items.len() - list.head as usize > 2 * list.live as usize + 32 {
-            compact(list, &mut self.pool, slab, self.number, slot as u16);
+        } else if self.compaction.is_none()
+            && list.items.len() - list.head as usize > 2 * list.live as usize + 32
+        {
+            // Positions before the head were walked already: every reference there is stale,
+            // so the live ones can move all the way down.
+            self.compaction = Some(Compaction {
+                slot,
+                read: list.head as usize,
+                write: 0,
+            });
+            list.head = 0;
+        }
+        self.compact_some(slab, COMPACT_PER_UNLINK);
+    }
+
+    /// Moves the level's compaction on by up to `budget` references, and ends it once it has
+    /// looked at all of its slot's.
+    fn compact_some<T>(&mut self, slab: &mut Slab<T>, budget: usize) {
+        let Some(mut at) = self.compaction else {
+            return;
+        };
+        let list = &mut self.lists[at.slot];
+        // A walk from the head may have gone past the cursors meanwhile.
+        at.write = at.write.max(list.head as usize);
+        at.read = at.read.max(at.write);
+        let end = list.items.len().min(at.read + budget);
+        for pos in at.read..end {
+            if let Some(index) = live_at(slab, &list.items, pos, self.number, at.slot as u16) {
+                slab.place(index, self.number, at.slot as u16, at.write as u32);
+                list.items.set(at.write, index);
+                at.write += 1;
+            }
+        }
+        at.read = end;
+        if at.read == list.items.len() {
+            debug_assert!(at.write - list.head as usize >= list.live as usize);
+            list.items.truncate(&mut self.pool, at.write);
+            self.compaction = None;
+        } else {
+            self.compaction = Some(at);
+        }
+    }
+
+    /// Forgets the compaction of `slot`, whose references are going away whole.
+    fn drop_compaction(&mut self, slot: usize) {
+        if self.compaction.is_some_and(|at| at.slot == slot) {
+            self.compaction = None;
         }
     }
 
@@ -174,6 +249,7 @@ impl Level {
         list.head = 0;
         list.live = 0;
         self.mark_empty(slot);
+        self.drop_compaction(slot);
         taken
     }
 
@@ -188,6 +264,7 @@ impl Level {
         list.items.clear(&mut self.pool);
         list.head = 0;
         self.mark_empty(slot);
+        self.drop_compaction(slot);
     }
 }
 
@@ -201,21 +278,6 @@ fn live_at<T>(slab: &Slab<T>, items: &Refs, pos: usize, level: u8, slot: u16) ->
         .get(pos)
         .expect("a walk stays below the array's length");
     slab.is_at(index, level, slot, pos as u32).then_some(index)
-}
-
-/// Drops a slot's stale references, keeping the live ones in order and their positions right.
-fn compact<T>(list: &mut SlotList, pool: &mut Pool, slab: &mut Slab<T>, level: u8, slot: u16) {
-    let mut kept = 0;
-    for pos in list.head as usize..list.items.len() {
-        if let Some(index) = live_at(slab, &list.items, pos, level, slot) {
-            slab.place(index, level, slot, kept as u32);
-            list.items.set(kept, index);
-            kept += 1;
-        }
-    }
-    debug_assert_eq!(kept, list.live as usize);
-    list.items.truncate(pool, kept);
-    list.head = 0;
 }
 
 /// The level arithmetic for `2^bits` slots per level.
@@ -317,6 +379,84 @@ mod tests {
         assert_eq!(G.slot_start(1, 14, 4096), 4992);
         assert_eq!((G.level_for(4992, 5000), G.slot_for(0, 5000)), (0, 8));
         assert_eq!(G.slot_start(0, 8, 4992), 5000);
+    }
+
+    /// Fills one slot with `n` entries and removes every entry whose index `doomed` picks,
+    /// returning the level, the slab and the survivors in order.
+    fn slot_with_removals(n: u32, doomed: impl Fn(u32) -> bool) -> (Level, Slab<()>, Vec<u32>) {
+        let mut level = Level::new(1, 64);
+        let mut slab = Slab::with_capacity(n as usize);
+        let indices: Vec<u32> = (0..n)
+            .map(|_| slab.insert(0, (), |i| level.push_back(5, i)).index())
+            .collect();
+        let mut survivors = Vec::new();
+        for index in indices {
+            if doomed(index) {
+                slab.detach(index);
+                level.unlink(&mut slab, 5);
+                slab.free(index);
+            } else {
+                survivors.push(index);
+            }
+        }
+        (level, slab, survivors)
+    }
+
+    #[test]
+    fn compaction_runs_a_few_references_per_removal() {
+        // Removing the first 6 000 of 10 000 crosses the threshold at about 5 000: the
+        // compaction then has about 10 000 references to look at, four per removal.
+        let (level, _slab, survivors) = slot_with_removals(10_000, |i| i < 6_000);
+        let at = level.compaction.expect("a compaction is under way");
+        assert!(
+            at.read < level.lists[5].items.len(),
+            "not finished in one go"
+        );
+        assert!(at.read <= 4 * 1_000 + 5_100, "read {}", at.read);
+        assert_eq!(survivors.len(), 4_000);
+    }
+
+    #[test]
+    fn a_slot_being_compacted_hands_out_its_live_entries_in_order() {
+        let (mut level, slab, survivors) = slot_with_removals(10_000, |i| i % 3 != 0);
+        assert!(level.compaction.is_some());
+        let mut out = Vec::new();
+        while let Some(index) = level.pop_front(&slab, 5) {
+            out.push(index);
+        }
+        assert_eq!(out, survivors);
+        assert!(level.is_empty() && level.compaction.is_none());
+    }
+
+    #[test]
+    fn a_finished_compaction_leaves_only_live_references() {
+        let (mut level, mut slab, survivors) = slot_with_removals(10_000, |i| i % 4 != 0);
+        // Keep removing (from the front, which is compacted already) until it is done: what
+        // is left is the live references plus those that went stale meanwhile, nothing older.
+        let mut left = survivors.clone();
+        let mut meanwhile = 0;
+        while level.compaction.is_some() {
+            let index = left.remove(0);
+            slab.detach(index);
+            level.unlink(&mut slab, 5);
+            slab.free(index);
+            meanwhile += 1;
+        }
+        let list = &level.lists[5];
+        let kept = list.items.len() - list.head as usize;
+        assert!(
+            left.len() <= kept && kept <= left.len() + meanwhile,
+            "{kept}"
+        );
+        assert!(
+            kept < survivors.len() + 100,
+            "the stale three quarters went"
+        );
+        let mut out = Vec::new();
+        while let Some(index) = level.pop_front(&slab, 5) {
+            out.push(index);
+        }
+        assert_eq!(out, left);
     }
 
     #[test]

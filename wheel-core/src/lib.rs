@@ -44,7 +44,8 @@
 //! position), so insert appends, and remove only touches the entry's own node: the reference
 //! it leaves in the array reads as stale because the node no longer says it is there, and
 //! stale references are skipped when the slot is walked, or compacted away once they
-//! outnumber the live ones: O(1), with no allocation once the arrays have grown. Walking a
+//! outnumber the live ones, a few references per removal so that no single call pays for a
+//! whole slot: O(1), with no allocation once the arrays have grown. Walking a
 //! slot's array issues independent loads, and the walk prefetches nodes a few entries ahead,
 //! so a cascade over entries that are cold in cache overlaps the misses (an intrusive linked
 //! list would pay them one by one). A [`TimerKey`] is the slab index plus a generation, so a
