@@ -13,6 +13,10 @@
 //! `DelayQueue` runs on a current-thread tokio runtime with a paused clock: awaiting its next
 //! entry moves the clock straight to the next deadline, as `Wheel::next_expiration` does here.
 //!
+//! `floor` does the same operations on a bare array of nodes, no wheel at all (see
+//! `support/floor.rs`): what the machine's memory allows at that size, for reading the wheel's
+//! figures as ratios.
+//!
 //! Criterion's test mode (`cargo test --benches`, `cargo bench -- --test`) runs the 1 k size only.
 
 use std::future::poll_fn;
@@ -26,6 +30,9 @@ use rand::{Rng, SeedableRng};
 use tokio::runtime::Runtime;
 use tokio_util::time::delay_queue::{DelayQueue, Key};
 use wheel_core::{TimerKey, Wheel};
+
+#[path = "support/floor.rs"]
+mod floor;
 
 const SIZES: [usize; 4] = [1_000, 100_000, 1_000_000, 10_000_000];
 
@@ -370,6 +377,7 @@ fn benches(c: &mut Criterion) {
     for &n in sizes {
         bench_queue::<WheelFixture>(c, n);
         bench_queue::<QueueFixture>(c, n);
+        bench_queue::<floor::FloorFixture>(c, n);
     }
 }
 
