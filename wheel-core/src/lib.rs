@@ -29,7 +29,9 @@
 //! share one deadline). A due higher slot *cascades*: the clock moves to the slot's first tick
 //! and each entry is placed again relative to it, landing on a lower level (or handed out, once
 //! on level 0). An entry moves down at most once per level, which is where the amortised O(1)
-//! comes from, and it is never handed out before its own deadline.
+//! comes from, and it is never handed out before its own deadline. Postponing an entry only
+//! writes its new deadline: its slot starts before the old one, so the entry is reached in
+//! time and placed again from there (a timeout pushed back on every message moves once).
 //!
 //! A slot high up can hold a great many entries (every timer due in a 4-second stretch sits
 //! in one level-2 slot of a 1 ms wheel), and cascading it all at once would stall the caller

@@ -208,8 +208,19 @@ impl<T> Wheel<T> {
     }
 
     /// Moves a live entry to a new deadline, earlier or later; its key stays valid.
+    ///
+    /// Postponing (a deadline at or after the current one: the idle timeout pushed back on
+    /// every message) only writes the new deadline: the entry stays in its slot, which starts
+    /// no later than the old deadline, and is placed again when that slot is reached. So a
+    /// timeout pushed back a thousand times moves once, and the key's node is the only memory
+    /// touched. Bringing a deadline forward moves the entry at once.
     pub fn reschedule(&mut self, key: TimerKey, deadline: u64) -> Result<(), StaleKey> {
         let index = self.slab.resolve(key).ok_or(StaleKey(key))?;
+        let node = self.slab.node_mut(index);
+        if deadline >= node.deadline {
+            node.deadline = deadline;
+            return Ok(());
+        }
         self.unlink(index);
         self.slab.node_mut(index).deadline = deadline;
         self.link(index);
@@ -240,8 +251,9 @@ impl<T> Wheel<T> {
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
-    /// nothing. Exact when that slot is on level 0; a slot on a higher level only promises that
-    /// nothing is due before it (advancing to it moves its entries down a level). Never below
+    /// nothing. Exact when that slot is on level 0 and nothing in it was postponed; a slot on
+    /// a higher level, or one whose entries were all postponed, only promises that nothing is
+    /// due before it (advancing to it places its entries again, further on). Never below
     /// [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of empty slots.
     pub fn next_expiration(&self) -> Option<u64> {
         self.next_due().map(|(start, _)| start)
@@ -251,8 +263,12 @@ impl<T> Wheel<T> {
     /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
     /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
     pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
-        let slot = self.due_slot(now)?;
-        Some(self.pop_expired(slot))
+        loop {
+            let slot = self.due_slot(now)?;
+            if let Some(entry) = self.hand_out(slot) {
+                return Some(entry);
+            }
+        }
     }
 
     /// The level-0 slot to hand out from next if one is due by `now`, after cascading every
@@ -355,16 +371,19 @@ impl<T> Wheel<T> {
         first
     }
 
-    fn pop_expired(&mut self, slot: usize) -> Entry<T> {
-        self.hand_out(slot).expect("occupied slot")
-    }
-
     /// Takes the next entry of level-0 slot `slot`, if any, and counts it for the early
     /// cascade's budget.
+    /// An entry postponed since it was placed is placed again, further on, instead.
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
-        let index = self.levels[self.current[0]].pop_front(&self.slab, slot)?;
-        self.work = self.work.saturating_add(1);
-        Some(self.slab.take(index))
+        loop {
+            let index = self.levels[self.current[0]].pop_front(&self.slab, slot)?;
+            if self.slab.node(index).deadline > self.now {
+                self.link(index);
+                continue;
+            }
+            self.work = self.work.saturating_add(1);
+            return Some(self.slab.take(index));
+        }
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now.
@@ -435,8 +454,13 @@ impl<T> Iterator for Advance<'_, T> {
         if let Some(entry) = self.draining.and_then(|slot| wheel.hand_out(slot)) {
             return Some(entry);
         }
-        self.draining = wheel.due_slot(self.now);
-        self.draining.map(|slot| wheel.pop_expired(slot))
+        loop {
+            self.draining = wheel.due_slot(self.now);
+            let slot = self.draining?;
+            if let Some(entry) = wheel.hand_out(slot) {
+                return Some(entry);
+            }
+        }
     }
 }
 

@@ -201,12 +201,25 @@ fn reschedule_later_earlier_and_into_the_past() {
 }
 
 #[test]
-fn reschedule_to_same_deadline_moves_to_the_back() {
+fn a_postponed_entry_is_placed_again_when_its_old_slot_is_reached() {
     let mut wheel = Wheel::new();
     let a = wheel.insert(300, 'a');
     wheel.insert(300, 'b');
     wheel.reschedule(a, 300).unwrap();
-    assert_eq!(due(&mut wheel, 300), ['b', 'a']);
+    assert_eq!(
+        due(&mut wheel, 300),
+        ['a', 'b'],
+        "the same deadline: nothing moves"
+    );
+    let c = wheel.insert(400, 'c');
+    wheel.reschedule(c, 100_000).unwrap();
+    assert_eq!(wheel.deadline(c), Some(100_000));
+    // Its old slot comes first (a wake-up with nothing due), then the real one.
+    assert!(wheel.next_expiration().unwrap() <= 400);
+    assert!(due(&mut wheel, 99_999).is_empty());
+    assert!(wheel.next_expiration().unwrap() > 400);
+    assert_eq!(due(&mut wheel, 100_000), ['c']);
+    assert!(wheel.is_empty());
 }
 
 #[test]
@@ -426,7 +439,9 @@ fn churn_through_stale_references_loses_and_duplicates_nothing() {
         for (deadline, s) in picks {
             let key = live.remove(&(deadline, s)).unwrap();
             if next(4) == 0 {
-                // Same deadline: to the back of the same slot, under a new serial.
+                // Out of its slot (one tick earlier, often the same slot higher up) and
+                // postponed back: a new place, and a postponement to settle on the way.
+                wheel.reschedule(key, deadline - 1).unwrap();
                 wheel.reschedule(key, deadline).unwrap();
                 *wheel.get_mut(key).unwrap() = (deadline, serial);
                 live.insert((deadline, serial), key);
@@ -437,7 +452,12 @@ fn churn_through_stale_references_loses_and_duplicates_nothing() {
         }
         assert_eq!(wheel.len(), live.len());
     }
-    let out: Vec<_> = wheel.advance(u64::MAX).map(|e| e.value).collect();
+    let mut out: Vec<_> = wheel.advance(u64::MAX).map(|e| e.value).collect();
+    assert!(
+        out.windows(2).all(|w| w[0].0 <= w[1].0),
+        "in deadline order"
+    );
+    out.sort();
     let expected: Vec<_> = live.keys().copied().collect();
     assert_eq!(out, expected);
     assert!(wheel.is_empty());
@@ -465,7 +485,8 @@ fn compaction_across_chunks_keeps_exactly_the_live_entries_in_order() {
             match next(10) {
                 0..=6 => assert_eq!(wheel.remove(key), Some(s), "wave {wave}"),
                 7 => {
-                    // To the back of the same slot, under a new serial.
+                    // Out of its place and postponed back, under a new serial.
+                    wheel.reschedule(key, deadline - 1).unwrap();
                     wheel.reschedule(key, deadline).unwrap();
                     *wheel.get_mut(key).unwrap() = serial;
                     moved.push((serial, key));
@@ -479,8 +500,11 @@ fn compaction_across_chunks_keeps_exactly_the_live_entries_in_order() {
         assert_eq!(wheel.len(), live.len());
     }
     assert!(due(&mut wheel, deadline - 1).is_empty());
-    let expected: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
-    assert_eq!(due(&mut wheel, deadline), expected);
+    let mut expected: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
+    let mut out = due(&mut wheel, deadline);
+    expected.sort();
+    out.sort();
+    assert_eq!(out, expected);
     assert!(wheel.is_empty());
 }
 
