@@ -409,7 +409,7 @@ mod tests {
             if doomed(index) {
                 slab.detach(index);
                 level.unlink(&mut slab, 5);
-                slab.free(index);
+                slab.take(index);
             } else {
                 survivors.push(index);
             }
@@ -454,7 +454,7 @@ mod tests {
             let index = left.remove(0);
             slab.detach(index);
             level.unlink(&mut slab, 5);
-            slab.free(index);
+            slab.take(index);
             meanwhile += 1;
         }
         let list = &level.lists[5];
@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(level.next_occupied(0), Some(3));
         assert_eq!(level.next_occupied(4), Some(200));
         assert_eq!(level.next_occupied(201), None);
-        slab.free(a);
+        slab.take(a);
         level.unlink(&mut slab, 200);
         assert_eq!(level.next_occupied(4), None);
         assert_eq!(level.pop_front(&slab, 3), Some(b));

@@ -205,10 +205,24 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Frees a live node (already unlinked from its slot list) and returns its value. The
-    /// generation moves on, so every key to the old entry is stale from now on.
-    pub(crate) fn free(&mut self, index: u32) -> T {
-        self.take(index).value
+    /// Frees the live node `key` names, if the key is not stale, and returns its value and the
+    /// (level, slot) it was in, for the caller to count it out of that slot. One lookup of the
+    /// node: this is all of a removal's random memory access.
+    pub(crate) fn remove(&mut self, key: TimerKey) -> Option<(T, u8, u16)> {
+        let node = self
+            .chunks
+            .get_mut((key.index >> CHUNK_BITS) as usize)?
+            .get_mut((key.index & CHUNK_MASK) as usize)?;
+        if node.generation != key.generation {
+            return None;
+        }
+        let live = node.live.take()?;
+        node.generation = node.generation.wrapping_add(1);
+        node.pos = NIL;
+        self.free.push(key.index);
+        self.len -= 1;
+        let level = live.level();
+        Some((live.value, level, live.slot))
     }
 
     /// Frees a live node (already unlinked) and hands out its entry under the key it had.

@@ -202,9 +202,9 @@ impl<T> Wheel<T> {
 
     /// Removes the entry `key` names and returns its value, or `None` when the key is stale.
     pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let index = self.slab.resolve(key)?;
-        self.unlink(index);
-        Some(self.slab.free(index))
+        let (value, level, slot) = self.slab.remove(key)?;
+        self.levels[level as usize].unlink(&mut self.slab, slot as usize);
+        Some(value)
     }
 
     /// Moves a live entry to a new deadline, earlier or later; its key stays valid.
