@@ -97,6 +97,7 @@
 
 #![warn(missing_docs)]
 
+mod free;
 mod key;
 mod level;
 mod refs;

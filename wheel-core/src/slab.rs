@@ -16,6 +16,7 @@
 
 use std::num::NonZeroU8;
 
+use crate::free::FreeStack;
 use crate::key::TimerKey;
 use crate::wheel::Entry;
 
@@ -96,7 +97,7 @@ pub(crate) struct Slab<T> {
     /// Nodes ever created (live or vacant).
     created: usize,
     /// The vacant nodes, the most recently freed last; its capacity keeps up with the slab's.
-    free: Vec<u32>,
+    free: FreeStack,
     len: usize,
 }
 
@@ -105,7 +106,7 @@ impl<T> Slab<T> {
         let mut slab = Slab {
             chunks: Vec::new(),
             created: 0,
-            free: Vec::new(),
+            free: FreeStack::default(),
             len: 0,
         };
         slab.reserve(capacity);
@@ -133,7 +134,7 @@ impl<T> Slab<T> {
     fn add_chunk(&mut self) {
         self.chunks.push(Vec::with_capacity(CHUNK));
         let places = self.capacity();
-        self.free.reserve_exact(places - self.free.len());
+        self.free.grow_to(places);
     }
 
     /// Stores a new entry in a vacant node (reusing a freed one first), at the place `link`
@@ -176,8 +177,8 @@ impl<T> Slab<T> {
             // The node a few inserts from now: load it while this insert and the next ones
             // run, so it is in cache when its turn comes (a burst of inserts into cold nodes
             // is otherwise limited by how many misses can be outstanding at once).
-            if let Some(ahead) = self.free.len().checked_sub(CLAIM_LOOKAHEAD) {
-                self.prefetch(self.free[ahead]);
+            if let Some(ahead) = self.free.below_top(CLAIM_LOOKAHEAD - 1) {
+                self.prefetch(ahead);
             }
             return TimerKey {
                 index,
