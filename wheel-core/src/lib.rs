@@ -26,7 +26,7 @@
 //! exactly until then: an empty wheel, or an empty stretch of time, costs nothing.
 //!
 //! Advancing to tick `t` takes due slots in order. A due level-0 slot hands out its entries (all
-//! share one deadline). A due higher slot *cascades*: the clock moves to the slot's first tick
+//! due by then; one postponed meanwhile is placed again instead). A due higher slot *cascades*: the clock moves to the slot's first tick
 //! and each entry is placed again relative to it, landing on a lower level (or handed out, once
 //! on level 0). An entry moves down at most once per level, which is where the amortised O(1)
 //! comes from, and it is never handed out before its own deadline. Postponing an entry only

@@ -39,11 +39,12 @@ impl std::error::Error for InvalidSlots {}
 /// Invariants, which every method keeps:
 /// - the wheel's clock ([`Wheel::now`]) only moves forward, and only as far as every entry due by
 ///   then has been handed out or is waiting in the current level-0 slot;
-/// - an entry with deadline `d > now` sits in the slot named by digit `k` of `d` on a level `k`
-///   no higher than that of the highest base-`slots` digit in which `d` and `now` differ (see
-///   the crate docs): on that level when inserted, lower once the early cascade moved it into
-///   the level below's next rotation; an entry with `d <= now` sits in the current level-0
-///   slot;
+/// - an entry placed with deadline `d > now` (inserted, brought forward, or placed again) sits
+///   in the slot named by digit `k` of `d` on a level `k` no higher than that of the highest
+///   base-`slots` digit in which `d` and `now` differ (see the crate docs): on that level when
+///   placed, lower once the early cascade moved it into the level below's next rotation; an
+///   entry with `d <= now` sits in the current level-0 slot; a postponed entry stays where it
+///   was, in a slot that starts before its old deadline, until that slot is reached;
 /// - so every entry is in a slot whose start is at or before its deadline, and the earliest
 ///   due slot is found by one bitmap search per level (plus a look at each next rotation),
 ///   never by scanning;
