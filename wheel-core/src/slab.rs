@@ -43,6 +43,16 @@ struct Live<T> {
 }
 
 impl<T> Node<T> {
+    /// A node never used yet.
+    fn vacant() -> Self {
+        Node {
+            deadline: 0,
+            pos: NIL,
+            generation: 0,
+            live: None,
+        }
+    }
+
     /// Records that this live node is at position `pos` of `slot` on `level`.
     pub(crate) fn place(&mut self, level: u8, slot: u16, pos: u32) {
         let live = self.live.as_mut().expect("only a live node is placed");
@@ -121,11 +131,32 @@ impl<T> Slab<T> {
         self.chunks.len() * CHUNK
     }
 
+    /// Makes room for `additional` more live entries than there are now. The vacant nodes are
+    /// created here, written whole, so the memory they take is faulted in now rather than by
+    /// the inserts that use them; they go on the free stack lowest index on top, so inserts
+    /// fill them in order.
+    ///
+    /// # Panics
+    /// When that would take more than `u32::MAX - 1` places.
     pub(crate) fn reserve(&mut self, additional: usize) {
-        let vacant = self.created - self.len;
-        let needed = self.created + additional.saturating_sub(vacant);
+        let needed = self.len.saturating_add(additional);
+        if needed <= self.created {
+            return;
+        }
+        assert!(
+            needed <= NIL as usize,
+            "wheel-core: more than u32::MAX - 1 places reserved"
+        );
         while self.capacity() < needed {
             self.add_chunk();
+        }
+        let first = self.created;
+        for index in first..needed {
+            self.chunks[index / CHUNK].push(Node::vacant());
+        }
+        self.created = needed;
+        for index in (first..needed).rev() {
+            self.free.push(index as u32);
         }
     }
 
@@ -193,12 +224,7 @@ impl<T> Slab<T> {
         if chunk == self.chunks.len() {
             self.add_chunk();
         }
-        self.chunks[chunk].push(Node {
-            deadline: 0,
-            pos: NIL,
-            generation: 0,
-            live: None,
-        });
+        self.chunks[chunk].push(Node::vacant());
         self.created += 1;
         TimerKey {
             index,

@@ -636,3 +636,33 @@ fn forgotten_drain_leaves_a_consistent_wheel() {
     assert_eq!(due, ["b", "c"]);
     assert!(wheel.is_empty());
 }
+
+/// `reserve` creates vacant places ahead of time: they hold nothing, a key naming one is not
+/// live, inserts use them without growing the wheel, and a drain hands out only live entries.
+#[test]
+fn reserved_places_are_vacant_until_used() {
+    let mut wheel = Wheel::new();
+    let early = wheel.insert(5, "early");
+    wheel.reserve(50_000);
+    let capacity = wheel.capacity();
+    assert!(capacity >= 50_001);
+    assert_eq!(wheel.len(), 1);
+    let unused = TimerKey::from_u64(40_000u64 << 32); // generation 0
+    assert!(!wheel.contains(unused));
+    assert_eq!(wheel.remove(unused), None);
+    let keys: Vec<_> = (0..50_000u64)
+        .map(|i| wheel.insert(10 + i, "later"))
+        .collect();
+    assert_eq!(
+        wheel.capacity(),
+        capacity,
+        "no growth up to the reservation"
+    );
+    assert_eq!(wheel.remove(early), Some("early"));
+    assert_eq!(wheel.deadline(keys[123]), Some(133));
+    wheel.reserve(10); // enough vacant places already: nothing to do
+    assert_eq!(wheel.capacity(), capacity);
+    let drained: Vec<_> = wheel.drain().collect();
+    assert_eq!(drained.len(), 50_000);
+    assert!(wheel.is_empty());
+}
