@@ -54,6 +54,12 @@ pub struct Config {
     /// `ScheduleError::Saturated`. Default 100 ms.
     #[serde(with = "humantime_serde")]
     pub saturation_timeout: Duration,
+    /// Timers the service should hold at once without growing. Room for this many, split
+    /// evenly over the shards (wheel places and timer cells, about 76 bytes a timer), is
+    /// allocated and written by [`TimerService::new`](crate::TimerService::new), so the first
+    /// burst up to there neither allocates in the tick threads nor waits for the kernel to
+    /// supply fresh pages one at a time. Default 0: grow on demand.
+    pub capacity: usize,
 }
 
 /// The limits [`Config`] is checked against.
@@ -76,6 +82,8 @@ pub mod limits {
     pub const MAX_RING_CAPACITY: usize = 1 << 26;
     /// Longest `saturation_timeout`.
     pub const MAX_SATURATION_TIMEOUT: Duration = Duration::from_secs(3600);
+    /// Most `capacity` (2^28 timers, about 20 GB reserved).
+    pub const MAX_CAPACITY: usize = 1 << 28;
 }
 
 fn available_cores() -> usize {
@@ -94,6 +102,7 @@ impl Default for Config {
             ring_capacity: 1 << 12,
             pin_threads: true,
             saturation_timeout: Duration::from_millis(100),
+            capacity: 0,
         }
     }
 }
@@ -122,8 +131,8 @@ impl Config {
 
     /// Overrides fields from `WHEEL_SHARDS`, `WHEEL_TICK`, `WHEEL_WHEEL_SLOTS`,
     /// `WHEEL_EXECUTOR_THREADS`, `WHEEL_MAX_PENDING` (a number, or `none`),
-    /// `WHEEL_TRANSFER_BATCH`, `WHEEL_RING_CAPACITY`, `WHEEL_PIN_THREADS` (`true`/`false`/`1`/`0`)
-    /// and `WHEEL_SATURATION_TIMEOUT`. Durations read like "1ms", "500us", "2s".
+    /// `WHEEL_TRANSFER_BATCH`, `WHEEL_RING_CAPACITY`, `WHEEL_PIN_THREADS` (`true`/`false`/`1`/`0`),
+    /// `WHEEL_SATURATION_TIMEOUT` and `WHEEL_CAPACITY`. Durations read like "1ms", "500us", "2s".
     pub fn with_env(self) -> Result<Config, ConfigError> {
         self.with_vars(|name| std::env::var(name).ok())
     }
@@ -166,6 +175,9 @@ impl Config {
         }
         if let Some(v) = var("saturation_timeout") {
             self.saturation_timeout = v.parse_duration()?;
+        }
+        if let Some(v) = var("capacity") {
+            self.capacity = v.parse_number()?;
         }
         self.validate()?;
         Ok(self)
@@ -227,6 +239,12 @@ impl Config {
                     "{} is not in {MIN_RING_CAPACITY}..={MAX_RING_CAPACITY}",
                     self.ring_capacity
                 ),
+            );
+        }
+        if self.capacity > MAX_CAPACITY {
+            return invalid(
+                "capacity",
+                format!("{} is over {MAX_CAPACITY}", self.capacity),
             );
         }
         if self.saturation_timeout > MAX_SATURATION_TIMEOUT {

@@ -72,7 +72,15 @@ impl Core {
             rejected: AtomicU64::new(0),
             config,
         };
+        for shard in core.shards.iter() {
+            shard.table.reserve(core.capacity_per_shard());
+        }
         (core, locals)
+    }
+
+    /// `Config::capacity` split evenly over the shards (rounded up).
+    pub(crate) fn capacity_per_shard(&self) -> usize {
+        self.config.capacity.div_ceil(self.config.shards)
     }
 
     /// The shard for the next timer a thread schedules: a hash of a per-thread sequence, so

@@ -325,6 +325,7 @@ fn spawn_threads(
     for index in 0..core.shards.len() {
         let pin = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let thread_core = Arc::clone(core);
+        let wheel = TickLoop::wheel(core);
         let handle = thread::Builder::new()
             .name(format!("wheel-tick-{index}"))
             .spawn(move || {
@@ -336,7 +337,7 @@ fn spawn_threads(
                         );
                     }
                 }
-                TickLoop::new(&thread_core, index).run()
+                TickLoop::new(&thread_core, index, wheel).run()
             })?;
         core.shards[index].set_thread(handle.thread().clone());
         threads.ticks.push(handle);

@@ -44,6 +44,11 @@ pub(crate) struct TimerTable {
     free: Injector<u64>,
 }
 
+/// A segment of fresh cells, written whole.
+fn new_segment() -> Box<[TimerCell]> {
+    (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect()
+}
+
 /// (segment, offset within it) of `slot`.
 fn locate(slot: u32) -> (usize, usize) {
     (
@@ -85,9 +90,16 @@ impl TimerTable {
                 Steal::Empty => break (self.claim_fresh()?, 0),
             }
         };
-        self.segments[locate(slot).0]
-            .get_or_init(|| (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect());
+        self.segments[locate(slot).0].get_or_init(new_segment);
         Ok((slot, gen))
+    }
+
+    /// Creates the segments for the first `slots` slots now (`Config::capacity`), so producers
+    /// do not create and fault them in during a burst.
+    pub(crate) fn reserve(&self, slots: usize) {
+        for segment in self.segments.iter().take(slots.div_ceil(SEGMENT_LEN)) {
+            segment.get_or_init(new_segment);
+        }
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
@@ -218,6 +230,22 @@ mod tests {
         assert_eq!(locate(65_536), (1, 0));
         assert_eq!(locate(SLOTS - 1), (SEGMENTS - 1, SEGMENT_LEN - 1));
         assert_eq!(locate(SLOTS).0, SEGMENTS, "past the table: no segment");
+    }
+
+    #[test]
+    fn reserve_creates_the_segments_up_front() {
+        let table = TimerTable::new();
+        assert!(table.cell(0).is_none());
+        table.reserve(SEGMENT_LEN + 1);
+        assert!(table.cell(0).is_some());
+        let last = 2 * SEGMENT_LEN as u32 - 1;
+        assert!(table.cell(last).is_some(), "two whole segments");
+        assert!(table.cell(last + 1).is_none(), "and no more");
+        assert_eq!(
+            table.claim().unwrap(),
+            (0, 0),
+            "claims still start at slot 0"
+        );
     }
 
     #[test]

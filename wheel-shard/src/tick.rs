@@ -52,9 +52,8 @@ pub(crate) struct TickLoop<'a> {
 }
 
 impl<'a> TickLoop<'a> {
-    pub(crate) fn new(core: &'a Core, shard: usize) -> Self {
-        let wheel = Wheel::with_slots(core.config.wheel_slots)
-            .expect("Config::validate bounds wheel_slots");
+    /// The loop of shard `shard`, owning `wheel` (see [`TickLoop::wheel`]).
+    pub(crate) fn new(core: &'a Core, shard: usize, wheel: Wheel<Armed>) -> Self {
         TickLoop {
             core,
             shard: &core.shards[shard],
@@ -66,6 +65,16 @@ impl<'a> TickLoop<'a> {
             incoming: Vec::with_capacity(WARM_BATCH),
             due: Vec::with_capacity(WARM_BATCH),
         }
+    }
+
+    /// A shard's empty wheel, with room for its share of `Config::capacity` already made
+    /// (built by the thread that starts the service, so `TimerService::new` returns with the
+    /// memory in place).
+    pub(crate) fn wheel(core: &Core) -> Wheel<Armed> {
+        let mut wheel = Wheel::with_slots(core.config.wheel_slots)
+            .expect("Config::validate bounds wheel_slots");
+        wheel.reserve(core.capacity_per_shard());
+        wheel
     }
 
     /// Runs until the shard is stopped, then hands back every timer that had not fired.

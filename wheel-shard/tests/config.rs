@@ -38,6 +38,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
         ring_capacity = 1000
         pin_threads = false
         saturation_timeout = "2s"
+        capacity = 50000
         "#,
     )
     .unwrap();
@@ -53,6 +54,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
             ring_capacity: 1000,
             pin_threads: false,
             saturation_timeout: Duration::from_secs(2),
+            capacity: 50_000,
         }
     );
     let partial = Config::from_toml_str("tick = \"2ms\"").unwrap();
@@ -81,6 +83,8 @@ fn every_invalid_value_names_its_field() {
         ("transfer_batch = 0", "transfer_batch"),
         ("ring_capacity = 1", "ring_capacity"),
         ("saturation_timeout = \"2h\"", "saturation_timeout"),
+        ("capacity = 1000000000", "capacity"),
+        ("capacity = -1", "capacity"),
         ("shards = \"two\"", "shards"),
         ("pin_threads = 3", "pin_threads"),
         ("tcik = \"1ms\"", "tcik"),
@@ -118,6 +122,7 @@ fn environment_variables_override_fields() {
         ("WHEEL_RING_CAPACITY", "4096"),
         ("WHEEL_PIN_THREADS", "false"),
         ("WHEEL_SATURATION_TIMEOUT", "1s"),
+        ("WHEEL_CAPACITY", "2_000_000"),
     ];
     let lookup = |name: &str| {
         vars.iter()
@@ -137,6 +142,7 @@ fn environment_variables_override_fields() {
             ring_capacity: 4096,
             pin_threads: false,
             saturation_timeout: Duration::from_secs(1),
+            capacity: 2_000_000,
         }
     );
     let none = Config::default()

@@ -706,3 +706,24 @@ fn a_stream_of_cancels_does_not_wake_a_shard_per_cancel() {
         "{wakeups} wake-ups for 2000 cancels in {elapsed:?} (bound {bound})"
     );
 }
+
+/// With `capacity`, the room is made before `new` returns: a burst of that many timers right
+/// after it is taken without waiting (a ring big enough to hold it, so nothing here depends
+/// on how fast the tick threads move it), and every timer fires once.
+#[test]
+fn a_reserved_capacity_takes_a_burst_at_once() {
+    let timers = service_with(Config {
+        capacity: 200_000,
+        ring_capacity: 1 << 17,
+        ..Config::default()
+    });
+    let (count, make) = counter();
+    for i in 0..200_000u64 {
+        timers
+            .schedule(Duration::from_micros(i % 50_000), make())
+            .expect("room was reserved");
+    }
+    assert!(eventually(SOON, || count.load(Ordering::SeqCst) == 200_000));
+    assert_eq!(timers.stats().fired, 200_000);
+    assert!(timers.shutdown().is_empty());
+}
