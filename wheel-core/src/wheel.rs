@@ -390,8 +390,8 @@ impl<T> Wheel<T> {
     }
 
     /// Takes the next entry of level-0 slot `slot`, if any, and counts it for the early
-    /// cascade's budget.
-    /// An entry postponed since it was placed is placed again, further on, instead.
+    /// cascade's budget. An entry postponed since it was placed is placed again, further on,
+    /// instead of handed out.
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
         loop {
             let index = self.levels[self.current[0]].pop_front(&self.slab, slot)?;
