@@ -444,6 +444,33 @@ mod tests {
     }
 
     #[test]
+    fn hand_outs_and_removals_interleaved_with_a_compaction_lose_nothing() {
+        // Hand-outs from the head overtake the compaction's cursors, removals from the back
+        // keep it going: every survivor still comes out once, in order.
+        let (mut level, mut slab, survivors) = slot_with_removals(10_000, |i| i % 3 != 0);
+        assert!(level.compaction.is_some());
+        let mut out = Vec::new();
+        for _ in 0..500 {
+            out.push(level.pop_front(&slab, 5).expect("live entries are left"));
+        }
+        let mut left: Vec<u32> = survivors[500..].to_vec();
+        while level.compaction.is_some() {
+            let index = left
+                .pop()
+                .expect("the compaction ends before the slot empties");
+            slab.detach(index);
+            level.unlink(&mut slab, 5);
+            slab.take(index);
+        }
+        while let Some(index) = level.pop_front(&slab, 5) {
+            out.push(index);
+        }
+        let mut expected = survivors[..500].to_vec();
+        expected.extend(&left);
+        assert_eq!(out, expected);
+    }
+
+    #[test]
     fn a_finished_compaction_leaves_only_live_references() {
         let (mut level, mut slab, survivors) = slot_with_removals(10_000, |i| i % 4 != 0);
         // Keep removing (from the front, which is compacted already) until it is done: what
