@@ -26,10 +26,11 @@
 //! exactly until then: an empty wheel, or an empty stretch of time, costs nothing.
 //!
 //! Advancing to tick `t` takes due slots in order. A due level-0 slot hands out its entries (all
-//! due by then; one postponed meanwhile is placed again instead). A due higher slot *cascades*: the clock moves to the slot's first tick
-//! and each entry is placed again relative to it, landing on a lower level (or handed out, once
-//! on level 0). An entry moves down at most once per level, which is where the amortised O(1)
-//! comes from, and it is never handed out before its own deadline. Postponing an entry only
+//! due by then; one postponed meanwhile is placed again instead). A due higher slot
+//! *cascades*: the clock moves to the slot's first tick and each entry is placed again
+//! relative to it, landing on a lower level (or handed out, once on level 0). An entry moves
+//! down at most once per level, which is where the amortised O(1) comes from, and it is never
+//! handed out before its own deadline. Postponing an entry only
 //! writes its new deadline: its slot starts before the old one, so the entry is reached in
 //! time and placed again from there (a timeout pushed back on every message moves once).
 //!
@@ -47,10 +48,10 @@
 //! it leaves in the array reads as stale because the node no longer says it is there, and
 //! stale references are skipped when the slot is walked, or compacted away once they
 //! outnumber the live ones, a few references per removal so that no single call pays for a
-//! whole slot: O(1), with no allocation once the arrays have grown. Walking a
-//! slot's array issues independent loads, and the walk prefetches nodes a few entries ahead,
-//! so a cascade over entries that are cold in cache overlaps the misses (an intrusive linked
-//! list would pay them one by one). A [`TimerKey`] is the slab index plus a generation, so a
+//! whole slot: O(1), with no allocation once the arrays have grown. Walking a slot's array
+//! issues independent loads, and the walk prefetches nodes a few entries ahead, so a cascade
+//! over entries that are cold in cache overlaps the misses (an intrusive linked list would pay
+//! them one by one). A [`TimerKey`] is the slab index plus a generation, so a
 //! stale key is recognised and never touches a newer entry that reuses the place.
 //!
 //! # A worked example

@@ -53,6 +53,15 @@ impl<T> Node<T> {
         }
     }
 
+    /// Empties a live node (`None` if it was vacant already): its generation moves on, so
+    /// every key to the old entry is stale from now on, and no slot reference reads as live.
+    fn vacate(&mut self) -> Option<Live<T>> {
+        let live = self.live.take()?;
+        self.generation = self.generation.wrapping_add(1);
+        self.pos = NIL;
+        Some(live)
+    }
+
     /// Records that this live node is at position `pos` of `slot` on `level`.
     pub(crate) fn place(&mut self, level: u8, slot: u16, pos: u32) {
         let live = self.live.as_mut().expect("only a live node is placed");
@@ -243,11 +252,8 @@ impl<T> Slab<T> {
         if node.generation != key.generation {
             return None;
         }
-        let live = node.live.take()?;
-        node.generation = node.generation.wrapping_add(1);
-        node.pos = NIL;
-        self.free.push(key.index);
-        self.len -= 1;
+        let live = node.vacate()?;
+        self.release(key.index);
         let level = live.level();
         Some((live.value, level, live.slot))
     }
@@ -255,21 +261,24 @@ impl<T> Slab<T> {
     /// Frees a live node (already unlinked) and hands out its entry under the key it had.
     pub(crate) fn take(&mut self, index: u32) -> Entry<T> {
         let node = self.node_mut(index);
-        let live = node.live.take().expect("only a live node is freed");
         let key = TimerKey {
             index,
             generation: node.generation,
         };
-        node.generation = node.generation.wrapping_add(1);
-        node.pos = NIL;
+        let live = node.vacate().expect("only a live node is freed");
         let deadline = node.deadline;
-        self.free.push(index);
-        self.len -= 1;
+        self.release(index);
         Entry {
             key,
             deadline,
             value: live.value,
         }
+    }
+
+    /// Puts vacated node `index` on the free stack.
+    fn release(&mut self, index: u32) {
+        self.free.push(index);
+        self.len -= 1;
     }
 
     /// The index of the live node `key` names, if it is not stale.

@@ -281,10 +281,17 @@ impl<T> Wheel<T> {
     /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
     /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
     pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
+        self.next_due_entry(now).map(|(_, entry)| entry)
+    }
+
+    /// The next entry due by `now` and the level-0 slot it came from. A due slot can turn out
+    /// to hold only postponed entries, which [`Wheel::hand_out`] places again: then the next
+    /// due slot is tried.
+    fn next_due_entry(&mut self, now: u64) -> Option<(usize, Entry<T>)> {
         loop {
             let slot = self.due_slot(now)?;
             if let Some(entry) = self.hand_out(slot) {
-                return Some(entry);
+                return Some((slot, entry));
             }
         }
     }
@@ -472,13 +479,15 @@ impl<T> Iterator for Advance<'_, T> {
         if let Some(entry) = self.draining.and_then(|slot| wheel.hand_out(slot)) {
             return Some(entry);
         }
-        loop {
-            self.draining = wheel.due_slot(self.now);
-            let slot = self.draining?;
-            if let Some(entry) = wheel.hand_out(slot) {
-                return Some(entry);
+        let (slot, entry) = match wheel.next_due_entry(self.now) {
+            Some(due) => due,
+            None => {
+                self.draining = None;
+                return None;
             }
-        }
+        };
+        self.draining = Some(slot);
+        Some(entry)
     }
 }
 
