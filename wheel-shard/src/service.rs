@@ -94,7 +94,29 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        self.submit(deadline, Box::new(Once(Some(task))))
+        let wait = self.core().config.saturation_timeout;
+        self.submit(deadline, Box::new(Once(Some(task))), wait)
+    }
+
+    /// [`TimerService::schedule`] that never waits: when the shard's pending ring is full it
+    /// returns [`ScheduleError::Saturated`] at once instead of waiting up to
+    /// [`Config::saturation_timeout`]. For async code and other callers that must not block.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let timers = TimerService::new(Config::default()).unwrap();
+    /// let id = timers.try_schedule(Duration::from_secs(1), || {}).unwrap();
+    /// assert!(timers.cancel(id));
+    /// ```
+    pub fn try_schedule(
+        &self,
+        delay: Duration,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Result<TimerId, ScheduleError> {
+        let deadline = self.core().clock.deadline_after(delay);
+        self.submit(deadline, Box::new(Once(Some(task))), Duration::ZERO)
     }
 
     /// Runs `task` once at `deadline`, rounded up to the tick; a past instant fires at once.
@@ -104,7 +126,8 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_at(deadline);
-        self.submit(deadline, Box::new(Once(Some(task))))
+        let wait = self.core().config.saturation_timeout;
+        self.submit(deadline, Box::new(Once(Some(task))), wait)
     }
 
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
@@ -119,18 +142,30 @@ impl TimerService {
         let clock = &self.core().clock;
         let deadline = clock.deadline_after(period);
         let period = clock.period(period);
-        self.submit(deadline, Box::new(Every { f: task, period }))
+        let wait = self.core().config.saturation_timeout;
+        self.submit(deadline, Box::new(Every { f: task, period }), wait)
     }
 
-    fn submit(&self, deadline: u64, job: BoxedJob) -> Result<TimerId, ScheduleError> {
-        let result = self.try_submit(deadline, job);
+    /// Sends a new timer to a shard, waiting up to `wait` for room in its ring.
+    fn submit(
+        &self,
+        deadline: u64,
+        job: BoxedJob,
+        wait: Duration,
+    ) -> Result<TimerId, ScheduleError> {
+        let result = self.try_submit(deadline, job, wait);
         if result.is_err() {
             self.core().rejected.fetch_add(1, Ordering::Relaxed);
         }
         result
     }
 
-    fn try_submit(&self, deadline: u64, job: BoxedJob) -> Result<TimerId, ScheduleError> {
+    fn try_submit(
+        &self,
+        deadline: u64,
+        job: BoxedJob,
+        wait: Duration,
+    ) -> Result<TimerId, ScheduleError> {
         let core = self.core();
         if core.closed.load(Ordering::Acquire) {
             return Err(ScheduleError::Shutdown);
@@ -148,7 +183,7 @@ impl TimerService {
             armed: Armed { slot, gen, job },
             deadline,
         };
-        match shard.push(timer, core.config.saturation_timeout) {
+        match shard.push(timer, wait) {
             Ok(()) => {
                 shard.nudge(deadline);
                 Ok(TimerId::new(shard.index, slot, gen))

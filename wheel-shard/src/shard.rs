@@ -95,6 +95,13 @@ impl Shard {
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
     /// instead of taking the freed cells first, so no producer starves under a burst.
     pub(crate) fn push(&self, timer: NewTimer, timeout: Duration) -> Result<(), ScheduleError> {
+        if timeout.is_zero() {
+            return match self.ring.try_push(timer) {
+                Ok(()) => Ok(()),
+                Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
+                Err(PushError::Full(_)) => Err(ScheduleError::Saturated),
+            };
+        }
         let timer = if self.waiters.load(Ordering::SeqCst) == 0 {
             match self.ring.try_push(timer) {
                 Ok(()) => return Ok(()),
