@@ -1,6 +1,7 @@
 //! [`Core`]: everything the service's threads share.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -11,11 +12,20 @@ use crate::shard::Shard;
 use crate::Config;
 
 pub(crate) struct Core {
+    /// This service's tag, carried by every id it hands out (see `TimerId`).
+    pub(crate) tag: u32,
     pub(crate) config: Config,
     pub(crate) clock: Clock,
     pub(crate) shards: Box<[Shard]>,
     pub(crate) executor: Executor,
     pub(crate) closed: AtomicBool,
+    /// Set once `shutdown` has collected every timer it hands back: from then on nobody reads
+    /// the notice queues, so a repeating timer whose run ends later is not re-armed.
+    pub(crate) collected: AtomicBool,
+    /// Panics from dropping user code that the service contained (`Stats::drop_panics`).
+    pub(crate) drop_panics: AtomicU64,
+    /// Wheel entries found out of step with their timer's state (`Stats::strays`).
+    pub(crate) strays: AtomicU64,
     pub(crate) limit: Arc<PendingLimit>,
     pub(crate) rejected: AtomicU64,
 }
@@ -62,6 +72,10 @@ impl Core {
         let limit = Arc::new(PendingLimit::new(config.max_pending));
         let (executor, locals) = Executor::new(config.shards, config.executor_threads);
         let core = Core {
+            tag: next_service_tag(),
+            collected: AtomicBool::new(false),
+            drop_panics: AtomicU64::new(0),
+            strays: AtomicU64::new(0),
             clock: Clock::new(config.tick),
             shards: (0..config.shards)
                 .map(|i| Shard::new(i, config.ring_capacity, Arc::clone(&limit)))
@@ -83,10 +97,20 @@ impl Core {
         self.config.capacity.div_ceil(self.config.shards)
     }
 
+    /// Marks the calling thread as one of this service's own (a tick thread or a worker).
+    pub(crate) fn enter_thread(&self) {
+        OWN_SERVICE.with(|own| own.set(self.tag));
+    }
+
+    /// Whether the calling thread is one of this service's own threads, where a `shutdown`
+    /// must not wait for the service's threads to stop (it may be one of them).
+    pub(crate) fn is_own_thread(&self) -> bool {
+        OWN_SERVICE.with(Cell::get) == self.tag
+    }
+
     /// The shard for the next timer a thread schedules: a hash of a per-thread sequence, so
     /// producers spread over shards without sharing a counter.
     pub(crate) fn pick_shard(&self) -> &Shard {
-        use std::cell::Cell;
         thread_local! {
             static SEQUENCE: Cell<u64> = Cell::new(thread_seed());
         }
@@ -100,6 +124,22 @@ impl Core {
             x
         });
         &self.shards[(mix(x) % n as u64) as usize]
+    }
+}
+
+thread_local! {
+    /// The tag of the service whose thread this is; 0 (never a tag) on other threads.
+    static OWN_SERVICE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A tag no other service of this process has (until 2^32 − 1 services have been started).
+fn next_service_tag() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let tag = NEXT.fetch_add(1, Ordering::Relaxed);
+        if tag != 0 {
+            return tag;
+        }
     }
 }
 

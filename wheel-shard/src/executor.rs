@@ -15,8 +15,11 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
+use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::core::Core;
-use crate::job::BoxedJob;
+use crate::job::{next_run, Armed, BoxedJob};
+use crate::shard::Notice;
+use crate::state::Ended;
 use crate::stats::{new_histogram, MAX_TRACKED_NANOS};
 
 /// A repeating timer's identity, so its worker can re-arm it after the run.
@@ -144,6 +147,7 @@ impl Executor {
 
     /// The body of worker thread `index`: run tasks until stopped and drained.
     pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
+        core.enter_thread();
         let executor = &core.executor;
         loop {
             if let Some(run) = executor.find_task(index, &local) {
@@ -195,44 +199,87 @@ impl Executor {
     }
 
     fn execute(&self, core: &Core, index: usize, mut run: Run) {
+        if let Some(repeat) = run.repeat {
+            if !core.shards[repeat.shard].start_run(repeat) {
+                // Cancelled while queued: `cancel` returned `true`, so the run is skipped.
+                end_repeating(core, repeat, run.job);
+                return;
+            }
+        }
         let stats = &self.workers[index];
         let late = Instant::now().saturating_duration_since(core.clock.instant(run.deadline));
         record(&stats.lateness, late);
         stats.fired.fetch_add(1, Ordering::Relaxed);
-        let outcome = catch_unwind(AssertUnwindSafe(|| run.job.run()));
-        if let Err(payload) = &outcome {
-            stats.panicked.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                panic = panic_message(payload.as_ref()),
-                repeating = run.repeat.is_some(),
-                "timer callback panicked; the service goes on"
-            );
-        }
-        if let Some(repeat) = run.repeat {
-            let now = core.clock.now();
-            core.shards[repeat.shard].after_run(
-                repeat,
-                run.job,
-                run.deadline,
-                outcome.is_ok(),
-                now,
-            );
+        let ok = match catch_unwind(AssertUnwindSafe(|| run.job.run())) {
+            Ok(()) => true,
+            Err(payload) => {
+                stats.panicked.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    panic = panic_message(payload.as_ref()),
+                    repeating = run.repeat.is_some(),
+                    "timer callback panicked; the service goes on"
+                );
+                drop_payload(payload, &core.drop_panics);
+                false
+            }
+        };
+        match run.repeat {
+            Some(repeat) => after_run(core, repeat, run.job, run.deadline, ok),
+            // A one-shot's closure was consumed by its call, which dropped what it captured:
+            // what is left holds no user code.
+            None => drop(run.job),
         }
     }
+}
+
+/// A worker finished a run of a repeating timer: re-arm it for its next deadline, or end it
+/// when it was cancelled during the run, panicked (which ends a repeating timer, as the JDK's
+/// `ScheduledThreadPoolExecutor` does), or the service has shut down.
+fn after_run(core: &Core, repeat: Repeat, job: BoxedJob, deadline: u64, ok: bool) {
+    let shard = &core.shards[repeat.shard];
+    if ok {
+        let period = job.period().unwrap_or(1);
+        let next = next_run(deadline, period, core.clock.now());
+        let rearmed = shard
+            .cell(repeat.slot)
+            .is_some_and(|cell| cell.finish_run(repeat.gen, next));
+        // Once shutdown has collected what it hands back, nobody reads the notices: a timer
+        // whose run ends later (its callback called `shutdown`, say) ends here instead.
+        if rearmed && !core.collected.load(Ordering::SeqCst) {
+            let armed = Armed {
+                slot: repeat.slot,
+                gen: repeat.gen,
+                job,
+            };
+            shard.notify(Notice::Rearm(armed), next);
+            return;
+        }
+    }
+    end_repeating(core, repeat, job);
+}
+
+/// Ends a repeating timer after its last run (or its skipped one): frees its slot and drops
+/// its task, containing a panic in the task's `Drop`.
+fn end_repeating(core: &Core, repeat: Repeat, job: BoxedJob) {
+    if core.shards[repeat.shard].close_out(repeat.slot, repeat.gen) == Ended::Stray {
+        core.strays.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            shard = repeat.shard,
+            slot = repeat.slot,
+            "a repeating timer ended out of step with its state"
+        );
+    }
+    drop_contained(
+        job,
+        "a repeating task after its last run",
+        &core.drop_panics,
+    );
 }
 
 fn record(lateness: &Mutex<Histogram<u64>>, late: Duration) {
     let nanos = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
     let mut histogram = lateness.lock().unwrap_or_else(|e| e.into_inner());
     histogram.saturating_record(nanos.clamp(1, MAX_TRACKED_NANOS));
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("<non-string panic payload>")
 }
 
 /// Starts loading a task's closure into the shared cache. The closure was boxed by its producer

@@ -82,6 +82,7 @@
 
 mod clock;
 mod config;
+mod contain;
 mod core;
 mod error;
 mod executor;

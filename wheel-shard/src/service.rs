@@ -2,16 +2,17 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::contain::drop_contained;
 use crate::core::Core;
 use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Executor;
 use crate::job::{Armed, BoxedJob, Every, NewTimer, Once};
 use crate::shard::{Notice, Shard};
-use crate::state::{Moved, TimerCell};
+use crate::state::{short, Moved, TimerCell};
 use crate::stats::{Lateness, Stats};
 use crate::tick::{hand_back, TickLoop};
 use crate::timer::{TimerId, Unfired};
@@ -42,7 +43,13 @@ pub struct TimerService {
 /// Owns the threads; its drop (the last `TimerService` clone going away) shuts down.
 struct Handle {
     core: Arc<Core>,
+    /// Taken by the first `shutdown`, which joins them without holding the lock, so a
+    /// callback's `shutdown` never waits on a lock its own shutdown holds.
     threads: Mutex<Option<Threads>>,
+    /// Set when the first `shutdown` has finished; later callers outside the service wait
+    /// for it.
+    stopped: Mutex<bool>,
+    stopped_signal: Condvar,
 }
 
 struct Threads {
@@ -70,6 +77,8 @@ impl TimerService {
         let handle = Handle {
             core,
             threads: Mutex::new(Some(threads)),
+            stopped: Mutex::new(false),
+            stopped_signal: Condvar::new(),
         };
         started.map_err(|source| ConfigError::Spawn { source })?;
         Ok(TimerService {
@@ -175,22 +184,27 @@ impl TimerService {
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
         let Ok((slot, gen)) = shard.table.claim() else {
+            // Every slot of the shard's table holds a live timer.
             core.limit.release();
             return Err(ScheduleError::Saturated);
         };
         let timer = NewTimer {
             repeating: job.period().is_some(),
-            armed: Armed { slot, gen, job },
+            armed: Armed {
+                slot,
+                gen: short(gen),
+                job,
+            },
             deadline,
         };
         match shard.push(timer, wait) {
             Ok(()) => {
                 shard.nudge(deadline);
-                Ok(TimerId::new(shard.index, slot, gen))
+                Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
             Err(error) => {
                 // No id of this generation got out: the slot goes back as it came.
-                shard.table.unclaim(slot, gen);
+                shard.table.put_back(slot, gen);
                 core.limit.release();
                 Err(error)
             }
@@ -198,8 +212,10 @@ impl TimerService {
     }
 
     /// Stops a timer. `true` means its task will never run (again): a pending one-shot, or a
-    /// repeating timer — also while a run is in progress, which then is its last. `false`
-    /// means it already ran or is running, was cancelled, or the id is unknown.
+    /// repeating timer — also with a run queued for the executor (that run is skipped) or in
+    /// progress (that run is its last). `false` means it already ran or is running, was
+    /// cancelled, or the id is unknown: handed out by another service, or its timer ended.
+    /// An unknown id changes nothing.
     pub fn cancel(&self, id: TimerId) -> bool {
         let Some((shard, cell)) = self.locate(id) else {
             return false;
@@ -210,14 +226,15 @@ impl TimerService {
         self.core().limit.release();
         shard.notify_cleanup(Notice::Touch {
             slot: id.slot(),
-            gen: id.gen(),
+            gen: short(id.gen()),
         });
         true
     }
 
     /// Moves a pending timer's deadline to `delay` from now, earlier or later (for a repeating
-    /// timer: its next run). `false` when it already fired, is running, was cancelled, or the
-    /// id is unknown. Postponing costs no wake-up: the shard finds the new deadline when the
+    /// timer: its next run). `false` when it already fired, is running or queued to run, was
+    /// cancelled, or the id is unknown (another service's, or its timer ended); then nothing
+    /// changes. Postponing costs no wake-up: the shard finds the new deadline when the
     /// old one comes.
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
         let Some((shard, cell)) = self.locate(id) else {
@@ -230,7 +247,7 @@ impl TimerService {
                 if deadline < old {
                     let notice = Notice::Touch {
                         slot: id.slot(),
-                        gen: id.gen(),
+                        gen: short(id.gen()),
                     };
                     shard.notify(notice, deadline);
                 }
@@ -245,8 +262,11 @@ impl TimerService {
         }
     }
 
-    /// The shard and the state cell an id names, if it names any.
+    /// The shard and the state cell an id names, if this service handed it out.
     fn locate(&self, id: TimerId) -> Option<(&Shard, &TimerCell)> {
+        if id.service() != self.core().tag {
+            return None;
+        }
         let shard = self.core().shards.get(id.shard())?;
         Some((shard, shard.table.cell(id.slot())?))
     }
@@ -274,6 +294,8 @@ impl TimerService {
                 .sum(),
             rejected: core.rejected.load(Ordering::Relaxed),
             panicked: core.executor.panicked(),
+            drop_panics: core.drop_panics.load(Ordering::Relaxed),
+            strays: core.strays.load(Ordering::Relaxed),
             pending: self.pending(),
             wakeups: shards
                 .clone()
@@ -288,6 +310,17 @@ impl TimerService {
     /// Stops the service: no new timers (`schedule` → [`ScheduleError::Shutdown`]), tick threads
     /// stop, tasks already handed to the executor run to completion (including one running now),
     /// and every timer that had not fired comes back. Idempotent: later calls return nothing.
+    ///
+    /// Safe from any thread, concurrently with other calls, and from inside a callback:
+    /// - The first call does the work and returns what had not fired. A later or concurrent
+    ///   call returns an empty list; from a thread outside the service it first waits until
+    ///   the first call is done, so every service thread has stopped when it returns.
+    /// - Called from a callback (or a task's `Drop` on a service thread), it cannot wait for
+    ///   its own thread: it waits for every other thread of the service, hands back every
+    ///   unfired timer but the one whose callback is running, and returns while that callback
+    ///   still runs. A repeating timer whose callback called it is not re-armed: its task is
+    ///   dropped when the run returns (so a service handle it holds is released). A concurrent
+    ///   call from a callback, while another shutdown is under way, returns at once.
     pub fn shutdown(&self) -> Vec<Unfired> {
         self.handle.shutdown()
     }
@@ -295,10 +328,37 @@ impl TimerService {
 
 impl Handle {
     fn shutdown(&self) -> Vec<Unfired> {
-        let mut guard = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(threads) = guard.take() else {
+        let threads = self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(threads) = threads else {
+            // Another call is shutting down or has. A service thread must not wait for it: that
+            // call may be joining this very thread.
+            if !self.core.is_own_thread() {
+                self.wait_until_stopped();
+            }
             return Vec::new();
         };
+        let unfired = self.stop(threads);
+        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stopped_signal.notify_all();
+        unfired
+    }
+
+    fn wait_until_stopped(&self) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        while !*stopped {
+            stopped = self
+                .stopped_signal
+                .wait(stopped)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Stops and joins every thread but the calling one, and collects the unfired timers.
+    fn stop(&self, threads: Threads) -> Vec<Unfired> {
         let core = &self.core;
         core.closed.store(true, Ordering::SeqCst);
         for shard in core.shards.iter() {
@@ -324,6 +384,7 @@ impl Handle {
                 }
             }
         }
+        core.collected.store(true, Ordering::SeqCst);
         unfired
     }
 }
@@ -372,7 +433,17 @@ fn spawn_threads(
                         );
                     }
                 }
-                TickLoop::new(&thread_core, index, wheel).run()
+                thread_core.enter_thread();
+                let unfired = TickLoop::new(&thread_core, index, wheel).run();
+                if thread_core.collected.load(Ordering::SeqCst) {
+                    // The shutdown ran on this thread (from a task's drop) and returned before
+                    // this loop ended: nobody takes these any more.
+                    for timer in unfired {
+                        drop_contained(timer, "an unfired task", &thread_core.drop_panics);
+                    }
+                    return Vec::new();
+                }
+                unfired
             })?;
         core.shards[index].set_thread(handle.thread().clone());
         threads.ticks.push(handle);
@@ -395,6 +466,9 @@ impl Drop for Handle {
                 count = unfired.len(),
                 "timer service dropped; unfired timers dropped unrun"
             );
+        }
+        for timer in unfired {
+            drop_contained(timer, "an unfired task", &self.core.drop_panics);
         }
     }
 }

@@ -22,8 +22,9 @@ use crossbeam_utils::CachePadded;
 use crate::core::PendingLimit;
 use crate::error::ScheduleError;
 use crate::executor::Repeat;
-use crate::job::{next_run, Armed, BoxedJob, NewTimer};
+use crate::job::{Armed, NewTimer};
 use crate::ring::{PendingRing, PushError};
+use crate::state::{Ended, TimerCell};
 use crate::table::TimerTable;
 
 /// `wake_at` while the tick thread is awake: no producer needs to wake it.
@@ -208,60 +209,43 @@ impl Shard {
             && !self.stop.load(Ordering::SeqCst)
     }
 
-    /// Retires a slot whose timer was cancelled, counting it; the caller puts the slot back
-    /// on the free list. (Its place under `max_pending` came free when `cancel` returned
-    /// `true`.)
-    pub(crate) fn retire_cancelled(&self, slot: u32) {
-        if let Some(cell) = self.table.cell(slot) {
-            cell.retire();
-        }
+    /// The cell of `slot`, which a timer of this shard holds.
+    pub(crate) fn cell(&self, slot: u32) -> Option<&TimerCell> {
+        self.table.cell(slot)
+    }
+
+    /// Retires a slot whose timer was cancelled, counting it, and returns the generation its
+    /// next timer gets (the caller puts the slot back on a free list). Its place under
+    /// `max_pending` came free when `cancel` returned `true`.
+    pub(crate) fn retire_cancelled(&self, cell: &TimerCell) -> u64 {
         self.cancelled.fetch_add(1, Ordering::Relaxed);
+        cell.retire()
     }
 
-    /// A worker finished a run of a repeating timer: re-arm it for its next deadline, or end it
-    /// when it was cancelled during the run or panicked.
-    pub(crate) fn after_run(
-        &self,
-        repeat: Repeat,
-        job: BoxedJob,
-        deadline: u64,
-        ok: bool,
-        now: u64,
-    ) {
-        let Some(cell) = self.table.cell(repeat.slot) else {
-            return;
+    /// A worker is about to run a repeating timer's queued run: `false` when it was cancelled
+    /// while queued, and the run is skipped.
+    pub(crate) fn start_run(&self, repeat: Repeat) -> bool {
+        self.cell(repeat.slot)
+            .is_some_and(|cell| cell.start_run(repeat.gen))
+    }
+
+    /// Ends timer `(slot, gen)` outside the wheel: retires its slot and frees it, counting the
+    /// timer as cancelled if it was, or giving back its `max_pending` place if it was live. A
+    /// cell that belongs to another timer is left alone ([`Ended::Stray`]).
+    pub(crate) fn close_out(&self, slot: u32, gen: u32) -> Ended {
+        let Some(cell) = self.cell(slot) else {
+            return Ended::Stray;
         };
-        let period = job.period().unwrap_or(1);
-        if ok {
-            let next = next_run(deadline, period, now);
-            if cell.finish_run(repeat.gen, next) {
-                let armed = Armed {
-                    slot: repeat.slot,
-                    gen: repeat.gen,
-                    job,
-                };
-                self.notify(Notice::Rearm(armed), next);
-                return;
+        let ended = cell.hand_back(gen);
+        match ended {
+            Ended::Live(_) => self.limit.release(),
+            Ended::Cancelled => {
+                self.cancelled.fetch_add(1, Ordering::Relaxed);
             }
+            Ended::Stray => return ended,
         }
-        // Cancelled during the run (or it panicked, which ends a repeating timer as the JDK's
-        // ScheduledThreadPoolExecutor does): no one else holds it, so it ends here.
-        self.close_out(repeat.slot, repeat.gen);
-    }
-
-    /// Ends timer `(slot, gen)` outside the wheel: retires its slot, counting it as cancelled if
-    /// it was. Returns whether it was still live (not cancelled).
-    pub(crate) fn close_out(&self, slot: u32, gen: u32) -> bool {
-        let Some(cell) = self.table.cell(slot) else {
-            return false;
-        };
-        let live = cell.hand_back(gen);
-        if live {
-            self.limit.release();
-        } else {
-            self.cancelled.fetch_add(1, Ordering::Relaxed);
-        }
-        self.table.recycle(slot, gen);
-        live
+        // Retired by this thread just now and on no free list yet: nobody else writes it.
+        self.table.put_back(slot, cell.generation());
+        ended
     }
 }

@@ -17,8 +17,18 @@ pub struct Stats {
     pub cancelled: u64,
     /// `schedule` calls refused with an error.
     pub rejected: u64,
-    /// Callback runs that panicked.
+    /// Callback runs that panicked. Each is logged with `tracing`; a repeating timer ends at
+    /// its first panicking run.
     pub panicked: u64,
+    /// Panics in user code's `Drop` that the service contained: a task dropped unrun (after a
+    /// `cancel`, or when the last handle goes), a repeating task after its last run, or a panic
+    /// payload of a callback. Each is logged with `tracing`, and the thread that dropped it (a
+    /// tick thread or a worker) goes on.
+    pub drop_panics: u64,
+    /// Timers a tick thread or a worker found out of step with their own state (a bug in the
+    /// service if ever non-zero): each is logged with `tracing`, kept unrun rather than acted
+    /// on, and handed back by `shutdown`.
+    pub strays: u64,
     /// Timers scheduled and not yet fired, cancelled or handed back.
     pub pending: usize,
     /// Times the tick threads woke up, all shards together.

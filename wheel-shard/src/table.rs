@@ -40,8 +40,15 @@ pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[TimerCell]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
-    /// Free slots, each with the generation its next timer gets: `generation << 32 | slot`.
-    free: Injector<u64>,
+    /// Free slots, each with the generation its next timer gets.
+    free: Injector<FreeSlot>,
+}
+
+/// A free slot as the queues hold it: the slot with the generation its next timer gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FreeSlot {
+    slot: u32,
+    gen: u64,
 }
 
 /// A segment of fresh cells, written whole.
@@ -82,10 +89,10 @@ impl TimerTable {
     /// A slot for a new timer, owned by the caller until it sends the timer to the tick thread,
     /// with the generation the timer gets. The cell is not touched (see `TimerCell::arrive`);
     /// its segment exists by the time this returns.
-    pub(crate) fn claim(&self) -> Result<(u32, u32), TableFull> {
+    pub(crate) fn claim(&self) -> Result<(u32, u64), TableFull> {
         let (slot, gen) = loop {
             match self.free.steal() {
-                Steal::Success(entry) => break (entry as u32, (entry >> 32) as u32),
+                Steal::Success(free) => break (free.slot, free.gen),
                 Steal::Retry => continue,
                 Steal::Empty => break (self.claim_fresh()?, 0),
             }
@@ -110,14 +117,11 @@ impl TimerTable {
             .map_err(|_| TableFull)
     }
 
-    /// Puts back a slot whose timer of generation `gen` has ended (its cell retired).
-    pub(crate) fn recycle(&self, slot: u32, gen: u32) {
-        self.unclaim(slot, gen.wrapping_add(1));
-    }
-
-    /// Puts back a claimed slot whose generation `gen` was never handed out in an id.
-    pub(crate) fn unclaim(&self, slot: u32, gen: u32) {
-        self.free.push(free_entry(slot, gen));
+    /// Puts `slot` back on the free list; its next timer gets generation `gen`. For a slot
+    /// whose timer ended, that is the generation its retired cell moved on to; for a claim
+    /// whose id never got out, the one it was claimed with.
+    pub(crate) fn put_back(&self, slot: u32, gen: u64) {
+        self.free.push(FreeSlot { slot, gen });
     }
 
     /// Slots in the shared queue.
@@ -144,7 +148,7 @@ impl TimerTable {
 pub(crate) struct Recycler {
     /// The chunks in use come first, the last of them partly full; emptied ones stay behind
     /// for reuse.
-    chunks: Vec<Vec<u64>>,
+    chunks: Vec<Vec<FreeSlot>>,
     in_use: usize,
     /// Slots the shared queue still takes before the next top-up.
     room: usize,
@@ -165,9 +169,10 @@ impl Recycler {
         }
     }
 
-    /// Puts back a slot whose timer of generation `gen` has ended (its cell retired).
-    pub(crate) fn recycle(&mut self, table: &TimerTable, slot: u32, gen: u32) {
-        let entry = free_entry(slot, gen.wrapping_add(1));
+    /// Puts back a slot whose timer ended; its next timer gets generation `gen` (the one its
+    /// retired cell moved on to).
+    pub(crate) fn recycle(&mut self, table: &TimerTable, slot: u32, gen: u64) {
+        let entry = FreeSlot { slot, gen };
         if self.room > 0 {
             self.room -= 1;
             table.free.push(entry);
@@ -188,7 +193,7 @@ impl Recycler {
         self.room = room;
     }
 
-    fn keep(&mut self, entry: u64) {
+    fn keep(&mut self, entry: FreeSlot) {
         if self.in_use == 0 || self.chunks[self.in_use - 1].len() == SPARE_CHUNK {
             if self.in_use == self.chunks.len() {
                 self.chunks.push(Vec::with_capacity(SPARE_CHUNK));
@@ -198,7 +203,7 @@ impl Recycler {
         self.chunks[self.in_use - 1].push(entry);
     }
 
-    fn take(&mut self) -> Option<u64> {
+    fn take(&mut self) -> Option<FreeSlot> {
         let chunk = self.chunks[..self.in_use].last_mut()?;
         let entry = chunk.pop();
         if chunk.is_empty() {
@@ -212,11 +217,6 @@ impl Recycler {
     fn kept(&self) -> usize {
         self.chunks[..self.in_use].iter().map(Vec::len).sum()
     }
-}
-
-/// A free slot as the queues hold it: the slot with the generation its next timer gets.
-fn free_entry(slot: u32, gen: u32) -> u64 {
-    u64::from(gen) << 32 | u64::from(slot)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -255,13 +255,13 @@ mod tests {
         let (b, _) = table.claim().unwrap();
         assert_ne!(a, b);
         assert_eq!(gen_a, 0, "a fresh slot starts at generation 0");
-        table.recycle(a, gen_a);
+        table.put_back(a, gen_a + 1);
         assert_eq!(
             table.claim().unwrap(),
             (a, gen_a + 1),
             "an ended timer's slot moves on"
         );
-        table.unclaim(a, gen_a + 1);
+        table.put_back(a, gen_a + 1);
         assert_eq!(
             table.claim().unwrap(),
             (a, gen_a + 1),
@@ -279,7 +279,7 @@ mod tests {
         let mut recycler = Recycler::with_target(3);
         let slots: Vec<u32> = (0..SPARE_CHUNK as u32 + 10).collect();
         for &slot in &slots {
-            recycler.recycle(&table, slot, 0);
+            recycler.recycle(&table, slot, 1);
         }
         assert_eq!(table.queued(), 3, "the shared queue gets the target");
         assert_eq!(
@@ -309,7 +309,7 @@ mod tests {
 
         let chunks = recycler.chunks.len();
         for &slot in &slots {
-            recycler.recycle(&table, slot, 1);
+            recycler.recycle(&table, slot, 2);
         }
         assert_eq!(recycler.chunks.len(), chunks, "emptied chunks are reused");
     }

@@ -11,11 +11,12 @@ use std::sync::atomic::Ordering;
 
 use wheel_core::{TimerKey, Wheel};
 
+use crate::contain::drop_contained;
 use crate::core::Core;
 use crate::executor::{Repeat, Run};
 use crate::job::{Armed, NewTimer};
 use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
-use crate::state::{Admission, Expiry, TimerCell};
+use crate::state::{Admission, Ended, Expiry, TimerCell};
 use crate::table::Recycler;
 use crate::timer::{TimerId, Unfired};
 
@@ -49,6 +50,9 @@ pub(crate) struct TickLoop<'a> {
     /// Scratch for one warm batch each way, kept to reuse the allocation.
     incoming: Vec<NewTimer>,
     due: Vec<Armed>,
+    /// Timers found out of step with their state cell (a bug if ever non-empty), each with
+    /// the tick it was due at: never run, handed back at shutdown.
+    set_aside: Vec<(u64, Armed)>,
 }
 
 impl<'a> TickLoop<'a> {
@@ -64,6 +68,7 @@ impl<'a> TickLoop<'a> {
             budget_left: core.config.transfer_batch,
             incoming: Vec::with_capacity(WARM_BATCH),
             due: Vec::with_capacity(WARM_BATCH),
+            set_aside: Vec::new(),
         }
     }
 
@@ -186,19 +191,22 @@ impl<'a> TickLoop<'a> {
             repeating,
         } = timer;
         let admission = self.cell(armed.slot).arrive(armed.gen, deadline, repeating);
-        self.take_in(admission, armed);
+        self.take_in(admission, armed, deadline);
     }
 
     /// A repeating timer a worker re-armed: back into the wheel, unless cancelled meanwhile.
     fn admit(&mut self, armed: Armed) {
-        let admission = self.cell(armed.slot).admit(armed.gen);
-        self.take_in(admission, armed);
+        let cell = self.cell(armed.slot);
+        let admission = cell.admit(armed.gen);
+        self.take_in(admission, armed, cell.deadline());
     }
 
-    fn take_in(&mut self, admission: Admission, armed: Armed) {
+    /// `deadline`: the one the timer came with, for a timer set aside.
+    fn take_in(&mut self, admission: Admission, armed: Armed, deadline: u64) {
         match admission {
             Admission::Pending(deadline) => self.insert(deadline, armed),
-            Admission::Cancelled => self.end_cancelled(armed.slot, armed.gen),
+            Admission::Cancelled => self.end_cancelled(armed),
+            Admission::Stray => self.set_aside(deadline, armed, "arrived"),
         }
     }
 
@@ -222,9 +230,10 @@ impl<'a> TickLoop<'a> {
         };
         let cell = self.cell(slot);
         if cell.is_cancelled(gen) {
-            drop(self.wheel.remove(key));
             cell.set_wheel_key(None);
-            self.end_cancelled(slot, gen);
+            if let Some(armed) = self.wheel.remove(key) {
+                self.end_cancelled(armed);
+            }
         } else if self.wheel.deadline(key) != Some(cell.deadline()) {
             let _ = self.wheel.reschedule(key, cell.deadline());
         }
@@ -263,8 +272,9 @@ impl<'a> TickLoop<'a> {
         match cell.expire(armed.gen, now) {
             Expiry::Fire(deadline) => {
                 self.shard.limit.release();
-                self.recycler
-                    .recycle(&self.shard.table, armed.slot, armed.gen);
+                // Retired by this thread just now: the generation its next timer gets.
+                let next = cell.generation();
+                self.recycler.recycle(&self.shard.table, armed.slot, next);
                 Some(Run {
                     job: armed.job,
                     deadline,
@@ -289,16 +299,37 @@ impl<'a> TickLoop<'a> {
                 None
             }
             Expiry::Cancelled => {
-                self.end_cancelled(armed.slot, armed.gen);
+                self.end_cancelled(armed);
+                None
+            }
+            Expiry::Stray => {
+                self.set_aside(now, armed, "came due");
                 None
             }
         }
     }
 
-    /// A timer cancelled before it could fire: retired, counted, its slot freed.
-    fn end_cancelled(&mut self, slot: u32, gen: u32) {
-        self.shard.retire_cancelled(slot);
-        self.recycler.recycle(&self.shard.table, slot, gen);
+    /// A timer cancelled before it could fire: retired, counted, its slot freed, its task
+    /// dropped here (its `Drop` is user code: contained).
+    fn end_cancelled(&mut self, armed: Armed) {
+        let Armed { slot, job, .. } = armed;
+        let next = self.shard.retire_cancelled(self.cell(slot));
+        self.recycler.recycle(&self.shard.table, slot, next);
+        drop_contained(job, "a cancelled task", &self.core.drop_panics);
+    }
+
+    /// A timer whose state cell does not match it (a bug in the service): rather than act on
+    /// someone else's timer, fire early or stop the thread, keep it unrun, count it, log it and
+    /// hand it back at shutdown.
+    fn set_aside(&mut self, due: u64, armed: Armed, when: &'static str) {
+        self.core.strays.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            shard = self.shard.index,
+            slot = armed.slot,
+            gen = armed.gen,
+            "a timer {when} out of step with its state; it is kept unrun until shutdown"
+        );
+        self.set_aside.push((due, armed));
     }
 
     fn publish(&self) {
@@ -320,6 +351,9 @@ impl<'a> TickLoop<'a> {
                 unfired.push(timer);
             }
         }
+        for (due, armed) in std::mem::take(&mut self.set_aside) {
+            unfired.push(unfired_stray(self.core, shard, due, armed));
+        }
         self.publish();
         unfired
     }
@@ -340,12 +374,40 @@ fn wake_tick(next: Option<u64>, now: u64, touched: bool, ring_waits: bool) -> u6
     wake
 }
 
-/// Takes one timer back from the service at shutdown: `Some` unless it was cancelled.
+/// Takes one timer back from the service at shutdown: `Some` unless it was cancelled (its task
+/// is dropped then, contained).
 pub(crate) fn hand_back(core: &Core, shard: &Shard, armed: Armed) -> Option<Unfired> {
-    let deadline = shard.table.cell(armed.slot)?.deadline();
-    shard.close_out(armed.slot, armed.gen).then(|| Unfired {
-        id: TimerId::new(shard.index, armed.slot, armed.gen),
-        deadline: core.clock.instant(deadline),
+    let deadline = shard.cell(armed.slot).map_or(0, TimerCell::deadline);
+    match shard.close_out(armed.slot, armed.gen) {
+        Ended::Live(gen) => Some(Unfired {
+            id: TimerId::new(core.tag, shard.index, armed.slot, gen),
+            deadline: core.clock.instant(deadline),
+            job: armed.job,
+        }),
+        Ended::Cancelled => {
+            drop_contained(armed.job, "a cancelled task", &core.drop_panics);
+            None
+        }
+        Ended::Stray => {
+            core.strays.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                shard = shard.index,
+                slot = armed.slot,
+                "a timer handed back out of step with its state"
+            );
+            Some(unfired_stray(core, shard, deadline, armed))
+        }
+    }
+}
+
+/// A timer set aside as out of step with its cell, handed back. Its id is the newest one the
+/// slot could have given it.
+fn unfired_stray(core: &Core, shard: &Shard, due: u64, armed: Armed) -> Unfired {
+    let current = shard.cell(armed.slot).map_or(0, TimerCell::generation);
+    let gen = (current & !u64::from(u32::MAX)) | u64::from(armed.gen);
+    Unfired {
+        id: TimerId::new(core.tag, shard.index, armed.slot, gen),
+        deadline: core.clock.instant(due),
         job: armed.job,
-    })
+    }
 }

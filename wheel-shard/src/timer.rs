@@ -5,43 +5,66 @@ use std::time::Instant;
 
 use crate::job::BoxedJob;
 
-/// Names one scheduled timer: its shard, its slot in that shard's table, and the slot's
-/// generation when it was scheduled. 12 bytes, `Copy`; an id outlives its timer harmlessly:
-/// once the timer ended, every call with the id reports that (`cancel` → `false`), even after
-/// the slot holds a newer timer.
+/// Names one scheduled timer: the service that scheduled it, its shard, its slot in that
+/// shard's table, and the slot's generation when it was scheduled. 16 bytes, `Copy`.
+///
+/// An id is only ever honoured by the service that handed it out, and only while its timer
+/// lives:
+/// - Every service has its own tag (a process-wide count of services started, 2^32 before
+///   one repeats), so an id from another service is unknown to this one, whatever the slot.
+/// - A slot's generation moves on every time a timer in it ends and is 48 bits wide: it
+///   repeats only after 2^48 timers went through that one slot (89 years at 100 000 a second
+///   through a single slot), so an id that outlived its timer keeps reporting that
+///   (`cancel` → `false`, `reschedule` → `false`) even after the slot holds newer timers.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TimerId {
-    shard: u32,
+    service: u32,
     slot: u32,
-    gen: u32,
+    /// `shard << 48 | generation`.
+    shard_gen: u64,
 }
 
+const GEN_BITS: u32 = crate::state::GENERATION_BITS;
+
 impl TimerId {
-    pub(crate) fn new(shard: usize, slot: u32, gen: u32) -> Self {
+    pub(crate) fn new(service: u32, shard: usize, slot: u32, gen: u64) -> Self {
+        debug_assert!(gen >> GEN_BITS == 0 && shard < 1 << (64 - GEN_BITS));
         TimerId {
-            shard: shard as u32,
+            service,
             slot,
-            gen,
+            shard_gen: (shard as u64) << GEN_BITS | gen,
         }
     }
 
     /// The shard that owns the timer.
     pub fn shard(&self) -> usize {
-        self.shard as usize
+        (self.shard_gen >> GEN_BITS) as usize
+    }
+
+    pub(crate) fn service(&self) -> u32 {
+        self.service
     }
 
     pub(crate) fn slot(&self) -> u32 {
         self.slot
     }
 
-    pub(crate) fn gen(&self) -> u32 {
-        self.gen
+    /// The slot's generation when the timer was scheduled (48 bits).
+    pub(crate) fn gen(&self) -> u64 {
+        self.shard_gen & ((1 << GEN_BITS) - 1)
     }
 }
 
 impl fmt::Debug for TimerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TimerId({}:{}v{})", self.shard, self.slot, self.gen)
+        write!(
+            f,
+            "TimerId(s{}:{}:{}v{})",
+            self.service,
+            self.shard(),
+            self.slot,
+            self.gen()
+        )
     }
 }
 
