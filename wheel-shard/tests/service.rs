@@ -166,9 +166,13 @@ fn cancel_of_an_unknown_id_is_false() {
         ..Config::default()
     });
     let id = b.schedule(Duration::from_secs(60), || {}).unwrap();
-    // An id from another service names a slot `a` never handed out.
-    assert!(!a.cancel(id) || a.pending() == 0);
+    let own = a.schedule(Duration::from_secs(60), || {}).unwrap();
+    // An id from another service is unknown here, whatever `a` holds in that slot.
+    assert!(!a.cancel(id));
+    assert!(!a.reschedule(id, Duration::from_millis(1)));
     assert!(b.cancel(id));
+    assert!(a.cancel(own), "a's own timer was untouched");
+    assert!(eventually(SOON, || a.stats().cancelled == 1 && b.stats().cancelled == 1));
 }
 
 /// `n` timers an hour away, once the shards hold them all.
