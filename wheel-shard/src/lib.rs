@@ -17,7 +17,7 @@
 //!  PendingRing (bounded MPSC) ──┼──▶ tick thread "wheel-tick-i"
 //!   full? wait ≤ saturation_    │     1. ≤ transfer_batch ring → Wheel
 //!   timeout, then Saturated     │     2. notices: cancel / earlier / re-arm   ┌▶ worker "wheel-exec-k"
-//!                               │     3. wheel.poll(now): CAS → FIRING ───────┤   catch_unwind(task)
+//!                               │     3. wheel.poll(now): fire / QUEUED ──────┤   catch_unwind(task)
 //!  cancel(id) / reschedule(id)  │        (postponed? back into the wheel)     │   lateness → histogram
 //!   CAS on the state word ──────┘     4. sleep until next due slot            └▶ steal from idle peers
 //!   + notice (unbounded queue)           (woken early by an earlier deadline)     re-arm repeating ─┐
@@ -34,8 +34,15 @@
 //!   A refused one is refused with an error, never dropped silently.
 //! - **`cancel` is definitive.** `true` means the task will never run; the decision is one CAS
 //!   on the timer's state word against the tick thread's CAS to fire. For a repeating timer,
-//!   `true` means no further run, even when called during a run (from its own callback, say).
-//!   The shard frees the entry within about a tick.
+//!   `true` means no further run: a run already queued for the executor is skipped, and one in
+//!   progress (from its own callback, say) is its last. The shard frees the entry within about
+//!   a tick.
+//! - **Ids are honoured only by their service, only while their timer lives.** A [`TimerId`]
+//!   (16 bytes) carries its service's tag and its slot's 48-bit generation. An id from another
+//!   service, or of a timer that ended, is unknown: `cancel` and `reschedule` return `false`
+//!   and change nothing, whatever the slot holds now. A slot's generation repeats only after
+//!   2^48 timers through that one slot (89 years at 100 000 a second), and a tag only after
+//!   2^32 services started in one process.
 //! - **Bounded waiting.** `schedule` never blocks for longer than
 //!   [`Config::saturation_timeout`] (a full ring), then says [`ScheduleError::Saturated`];
 //!   [`Config::max_pending`] is an exact global limit ([`ScheduleError::TooManyPending`]).
@@ -48,8 +55,18 @@
 //!   the wheel is empty; a producer wakes it only when its deadline is earlier than that.
 //! - **A slow callback delays only its worker**; a panicking one is counted
 //!   ([`Stats::panicked`]), logged with `tracing`, and the service goes on.
+//! - **User code is contained wherever it runs.** Besides the callback itself, a task's `Drop`
+//!   runs on the service's threads (a cancelled task is dropped by its tick thread, a repeating
+//!   task after its last run by a worker, unfired tasks when the last handle goes), and so does
+//!   a panic payload's. A panic in any of them is caught, counted ([`Stats::drop_panics`]) and
+//!   logged, and the thread goes on with nothing lost.
 //! - **Clean shutdown.** `shutdown` (or dropping the last handle) stops the tick threads, lets
-//!   the executor finish what it was handed, joins every thread and hands back what had not fired.
+//!   the executor finish what it was handed, joins every thread and hands back what had not
+//!   fired. It may be called from any thread, concurrently, and from a callback: a call from a
+//!   callback cannot wait for its own run, so it waits for the other threads, hands back every
+//!   other unfired timer and returns; a repeating timer whose callback called it is not
+//!   re-armed, and its task is dropped when the run returns (see
+//!   [`TimerService::shutdown`]).
 //!
 //! # Example
 //!

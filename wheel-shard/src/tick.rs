@@ -268,8 +268,12 @@ impl<'a> TickLoop<'a> {
     /// cancelled on the way or has moved to a later deadline (then it is back in the wheel).
     fn expire_one(&mut self, armed: Armed, now: u64) -> Option<Run> {
         let cell = self.cell(armed.slot);
-        cell.set_wheel_key(None);
-        match cell.expire(armed.gen, now) {
+        let expiry = cell.expire(armed.gen, now);
+        if expiry != Expiry::Stray {
+            // A stray's cell belongs to another timer, whose key it keeps.
+            cell.set_wheel_key(None);
+        }
+        match expiry {
             Expiry::Fire(deadline) => {
                 self.shard.limit.release();
                 // Retired by this thread just now: the generation its next timer gets.

@@ -103,8 +103,10 @@ fn another_services_id_on_a_free_slot_changes_nothing() {
     // b's next timer lands in that slot: it must keep its own deadline and fire.
     let start = Instant::now();
     let (tx, rx) = mpsc::channel();
-    b.schedule(Duration::from_millis(300), move || tx.send(Instant::now()).unwrap())
-        .unwrap();
+    b.schedule(Duration::from_millis(300), move || {
+        tx.send(Instant::now()).unwrap()
+    })
+    .unwrap();
     let fired = rx.recv_timeout(SOON).expect("b's timer fires");
     assert!(
         fired - start >= Duration::from_millis(300),
@@ -203,8 +205,16 @@ fn shutdown_from_a_callback_during_another_shutdown_returns() {
         timers.schedule(Duration::from_secs(60), || {}).unwrap();
         entered.wait();
         let unfired = timers.shutdown();
-        assert_eq!(unfired.len(), 1, "the outer call hands back the pending timer");
-        assert_eq!(done.recv_timeout(SOON).unwrap(), 0, "the inner call hands back nothing");
+        assert_eq!(
+            unfired.len(),
+            1,
+            "the outer call hands back the pending timer"
+        );
+        assert_eq!(
+            done.recv_timeout(SOON).unwrap(),
+            0,
+            "the inner call hands back nothing"
+        );
         assert_eq!(
             timers.schedule(Duration::ZERO, || {}),
             Err(ScheduleError::Shutdown)
@@ -236,7 +246,10 @@ fn shutdown_from_two_callbacks_at_once_returns() {
         timers.schedule(Duration::from_secs(60), || {}).unwrap();
         let handed: usize = (0..2).map(|_| rx.recv_timeout(SOON).unwrap()).sum();
         assert_eq!(handed, 1, "the pending timer comes back exactly once");
-        assert!(timers.shutdown().is_empty(), "and a later call returns nothing");
+        assert!(
+            timers.shutdown().is_empty(),
+            "and a later call returns nothing"
+        );
     });
 }
 
@@ -255,7 +268,11 @@ fn shutdown_from_many_threads_at_once_hands_back_each_timer_once() {
             .collect();
         let handed: usize = callers.into_iter().map(|c| c.join().unwrap()).sum();
         assert_eq!(handed, 100);
-        assert_eq!(timers.pending(), 0, "every caller returned after the service stopped");
+        assert_eq!(
+            timers.pending(),
+            0,
+            "every caller returned after the service stopped"
+        );
     });
 }
 
@@ -279,7 +296,11 @@ fn a_repeating_timer_that_shuts_down_the_service_is_not_rearmed_and_is_freed() {
                     })
                     .unwrap();
             }
-            assert_eq!(rx.recv_timeout(SOON).unwrap(), 0, "nothing else was pending");
+            assert_eq!(
+                rx.recv_timeout(SOON).unwrap(),
+                0,
+                "nothing else was pending"
+            );
             drop(timers);
         }
     });

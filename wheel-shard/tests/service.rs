@@ -172,7 +172,8 @@ fn cancel_of_an_unknown_id_is_false() {
     assert!(!a.reschedule(id, Duration::from_millis(1)));
     assert!(b.cancel(id));
     assert!(a.cancel(own), "a's own timer was untouched");
-    assert!(eventually(SOON, || a.stats().cancelled == 1 && b.stats().cancelled == 1));
+    assert!(eventually(SOON, || a.stats().cancelled == 1
+        && b.stats().cancelled == 1));
 }
 
 /// `n` timers an hour away, once the shards hold them all.
@@ -539,6 +540,20 @@ fn a_full_ring_waits_then_reports_saturated() {
         "waited past the saturation timeout: {waited:?}"
     );
     assert_eq!(timers.stats().rejected, 1);
+    // try_schedule does not wait at all.
+    let start = Instant::now();
+    assert_eq!(
+        timers
+            .try_schedule(Duration::from_secs(60), || {})
+            .unwrap_err(),
+        ScheduleError::Saturated
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(40),
+        "try_schedule waited {:?}",
+        start.elapsed()
+    );
+    assert_eq!(timers.stats().rejected, 2);
     // Once the tick thread is back, the ring drains and scheduling works again.
     assert!(eventually(SOON, || timers
         .schedule(Duration::from_secs(60), || {})
