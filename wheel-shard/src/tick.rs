@@ -415,3 +415,58 @@ fn unfired_stray(core: &Core, shard: &Shard, due: u64, armed: Armed) -> Unfired 
         job: armed.job,
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::job::Once;
+    use crate::state::short;
+    use crate::Config;
+
+    fn core() -> Core {
+        Core::new(Config {
+            shards: 1,
+            executor_threads: 1,
+            pin_threads: false,
+            ..Config::default()
+        })
+        .0
+    }
+
+    fn timer(slot: u32, gen: u32, deadline: u64) -> NewTimer {
+        NewTimer {
+            armed: Armed {
+                slot,
+                gen,
+                job: Box::new(Once(Some(|| {}))),
+            },
+            deadline,
+            repeating: false,
+        }
+    }
+
+    #[test]
+    fn a_timer_out_of_step_with_its_cell_is_set_aside_and_handed_back() {
+        let core = core();
+        let shard = &core.shards[0];
+        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core));
+        let (slot, gen) = shard.table.claim().unwrap();
+        let wrong = short(gen).wrapping_add(1);
+        assert!(shard.ring.try_push(timer(slot, wrong, 5)).is_ok());
+        tick.transfer(0);
+        assert_eq!(core.strays.load(Ordering::Relaxed), 1, "counted");
+        assert_eq!(tick.wheel.len(), 0, "not in the wheel: never fired");
+        assert_eq!(
+            shard.cell(slot).unwrap().generation(),
+            gen,
+            "the cell was left alone"
+        );
+        // The slot's real timer still arrives and fires in the usual way.
+        assert!(shard.ring.try_push(timer(slot, short(gen), 5)).is_ok());
+        tick.transfer(0);
+        assert_eq!(tick.wheel.len(), 1);
+        let unfired = tick.hand_back();
+        assert_eq!(unfired.len(), 2, "both come back at shutdown: nothing lost");
+        assert!(unfired.iter().all(|timer| timer.id.slot() == slot));
+    }
+}
