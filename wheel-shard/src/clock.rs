@@ -2,14 +2,22 @@
 //!
 //! Tick `n` is the instant `origin + n·tick`. Deadlines round **up** to a tick and "now" rounds
 //! **down**, so a timer is handed out only once its deadline has truly passed: never early.
+//!
+//! "Now" comes from the monotonic clock, or, for a service built with
+//! [`TimerService::with_manual_clock`](crate::TimerService::with_manual_clock), from a virtual
+//! time that only moves when the test moves it. The choice is one predictable branch per read.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Clock {
     origin: Instant,
     /// The tick in nanoseconds, as a divisor.
     tick: Divisor,
+    /// Virtual nanoseconds since `origin`, for a manual clock; `None`: real time.
+    manual: Option<Arc<AtomicU64>>,
 }
 
 /// Division by a fixed `u64`, by multiplying with its precomputed reciprocal: every
@@ -70,7 +78,55 @@ impl Clock {
         Clock {
             origin: Instant::now(),
             tick: Divisor::new(tick_nanos),
+            manual: None,
         }
+    }
+
+    /// A clock whose time starts at the real now and moves only by [`Clock::set_nanos`].
+    pub(crate) fn manual(tick: Duration) -> Self {
+        Clock {
+            manual: Some(Arc::new(AtomicU64::new(0))),
+            ..Clock::new(tick)
+        }
+    }
+
+    /// Whether this is a manual clock.
+    pub(crate) fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
+    /// Manual clock: moves virtual time to `nanos` past the origin, never backwards.
+    pub(crate) fn set_nanos(&self, nanos: u64) {
+        if let Some(manual) = &self.manual {
+            manual.fetch_max(nanos, Ordering::SeqCst);
+        }
+    }
+
+    /// The tick's length in nanoseconds.
+    pub(crate) fn tick_nanos(&self) -> u64 {
+        self.tick.d
+    }
+
+    /// The instant "now" is at (virtual for a manual clock).
+    pub(crate) fn now_instant(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.elapsed_nanos())
+    }
+
+    /// How far "now" is past tick `tick`'s start, in nanoseconds (0 before it), where
+    /// `real_now` is a [`Clock::real_nanos`] just read: it is "now" on a real clock.
+    pub(crate) fn lateness(&self, tick: u64, real_now: u64) -> u64 {
+        let now = if self.manual.is_some() {
+            self.elapsed_nanos()
+        } else {
+            real_now
+        };
+        let start = u128::from(tick) * u128::from(self.tick.d);
+        u64::try_from(u128::from(now).saturating_sub(start)).unwrap_or(u64::MAX)
+    }
+
+    /// Real nanoseconds since the origin, whatever the clock: for measuring how long work took.
+    pub(crate) fn real_nanos(&self) -> u64 {
+        nanos(self.origin.elapsed())
     }
 
     /// The tick that has most recently begun.
@@ -93,10 +149,13 @@ impl Clock {
         self.ticks_ceil(nanos(period)).max(1)
     }
 
-    /// Nanoseconds since `origin`; `u64` lasts 584 years, and plain `u64` division is what
-    /// keeps `schedule` fast (a `u128` one costs a library call).
-    fn elapsed_nanos(&self) -> u64 {
-        nanos(self.origin.elapsed())
+    /// Nanoseconds since `origin` (virtual for a manual clock); `u64` lasts 584 years, and
+    /// plain `u64` division is what keeps `schedule` fast (a `u128` one costs a library call).
+    pub(crate) fn elapsed_nanos(&self) -> u64 {
+        match &self.manual {
+            None => nanos(self.origin.elapsed()),
+            Some(manual) => manual.load(Ordering::SeqCst),
+        }
     }
 
     /// The instant tick `tick` begins (pinned a century out when it is beyond `Instant`).
@@ -187,6 +246,24 @@ mod tests {
             let n = next();
             assert_eq!(Divisor::new(d).div_floor(n), n / d, "{n} / {d}");
         }
+    }
+
+    #[test]
+    fn a_manual_clock_moves_only_when_set() {
+        let clock = Clock::manual(Duration::from_millis(1));
+        assert_eq!(clock.now(), 0);
+        std::thread::sleep(Duration::from_millis(3));
+        assert_eq!(clock.now(), 0, "real time passing does not move it");
+        assert_eq!(clock.deadline_after(Duration::from_micros(1500)), 2);
+        clock.set_nanos(2_000_000);
+        assert_eq!(clock.now(), 2);
+        clock.set_nanos(1_000_000);
+        assert_eq!(clock.now(), 2, "never backwards");
+        assert_eq!(
+            clock.lateness(1, 0),
+            1_000_000,
+            "virtual, whatever the real time"
+        );
     }
 
     #[test]

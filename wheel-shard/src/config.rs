@@ -60,6 +60,11 @@ pub struct Config {
     /// burst up to there neither allocates in the tick threads nor waits for the kernel to
     /// supply fresh pages one at a time. Default 0: grow on demand.
     pub capacity: usize,
+    /// A callback that runs longer than this is counted in `Stats::slow_callbacks` and logged
+    /// with `tracing` (at most once a second per worker, naming the timer and its run time).
+    /// It delays only the callbacks queued behind it on its worker, never a tick. Default 100 ms.
+    #[serde(with = "humantime_serde")]
+    pub slow_callback: Duration,
 }
 
 /// The limits [`Config`] is checked against.
@@ -82,6 +87,10 @@ pub mod limits {
     pub const MAX_RING_CAPACITY: usize = 1 << 26;
     /// Longest `saturation_timeout`.
     pub const MAX_SATURATION_TIMEOUT: Duration = Duration::from_secs(3600);
+    /// Shortest `slow_callback`.
+    pub const MIN_SLOW_CALLBACK: Duration = Duration::from_micros(1);
+    /// Longest `slow_callback`.
+    pub const MAX_SLOW_CALLBACK: Duration = Duration::from_secs(3600);
     /// Most `capacity` (2^28 timers, about 20 GB reserved).
     pub const MAX_CAPACITY: usize = 1 << 28;
 }
@@ -103,6 +112,7 @@ impl Default for Config {
             pin_threads: true,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
+            slow_callback: Duration::from_millis(100),
         }
     }
 }
@@ -132,7 +142,8 @@ impl Config {
     /// Overrides fields from `WHEEL_SHARDS`, `WHEEL_TICK`, `WHEEL_WHEEL_SLOTS`,
     /// `WHEEL_EXECUTOR_THREADS`, `WHEEL_MAX_PENDING` (a number, or `none`),
     /// `WHEEL_TRANSFER_BATCH`, `WHEEL_RING_CAPACITY`, `WHEEL_PIN_THREADS` (`true`/`false`/`1`/`0`),
-    /// `WHEEL_SATURATION_TIMEOUT` and `WHEEL_CAPACITY`. Durations read like "1ms", "500us", "2s".
+    /// `WHEEL_SATURATION_TIMEOUT`, `WHEEL_CAPACITY` and `WHEEL_SLOW_CALLBACK`. Durations read
+    /// like "1ms", "500us", "2s".
     pub fn with_env(self) -> Result<Config, ConfigError> {
         self.with_vars(|name| std::env::var(name).ok())
     }
@@ -178,6 +189,9 @@ impl Config {
         }
         if let Some(v) = var("capacity") {
             self.capacity = v.parse_number()?;
+        }
+        if let Some(v) = var("slow_callback") {
+            self.slow_callback = v.parse_duration()?;
         }
         self.validate()?;
         Ok(self)
@@ -253,6 +267,17 @@ impl Config {
                 format!(
                     "{} is over an hour",
                     humantime::format_duration(self.saturation_timeout)
+                ),
+            );
+        }
+        if self.slow_callback < MIN_SLOW_CALLBACK || self.slow_callback > MAX_SLOW_CALLBACK {
+            return invalid(
+                "slow_callback",
+                format!(
+                    "{} is not between {} and {}",
+                    humantime::format_duration(self.slow_callback),
+                    humantime::format_duration(MIN_SLOW_CALLBACK),
+                    humantime::format_duration(MAX_SLOW_CALLBACK)
                 ),
             );
         }

@@ -2,7 +2,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -28,6 +29,48 @@ pub(crate) struct Core {
     pub(crate) strays: AtomicU64,
     pub(crate) limit: Arc<PendingLimit>,
     pub(crate) rejected: AtomicU64,
+    /// How a manual clock's `advance` learns that the service has caught up with virtual time.
+    pub(crate) settle: Settle,
+}
+
+/// The hand-shake between a manual clock's `advance` and the service's threads (unused on a
+/// real clock). `advance` opens a round by bumping `round` and waking every tick thread; a tick
+/// thread that has taken in everything queued and handed out everything due at the current
+/// virtual now records the round it started its pass in (`Shard::settled_round`) before it
+/// sleeps, and workers count the runs they finished. Both then signal `changed`.
+#[derive(Default)]
+pub(crate) struct Settle {
+    pub(crate) round: AtomicU64,
+    lock: Mutex<()>,
+    changed: Condvar,
+    /// One `advance` at a time.
+    turn: Mutex<()>,
+}
+
+impl Settle {
+    /// Waits for any other `advance` to finish; the turn lasts as long as the guard.
+    pub(crate) fn take_turn(&self) -> MutexGuard<'_, ()> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells a waiting `advance` that a thread's progress changed.
+    pub(crate) fn signal(&self) {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.changed.notify_all();
+    }
+
+    /// Waits until `done` holds. A signal between the check and the wait is caught by the
+    /// lock; the short timeout only bounds a signal from a thread that skipped the lock.
+    pub(crate) fn wait_until(&self, mut done: impl FnMut() -> bool) {
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while !done() {
+            guard = self
+                .changed
+                .wait_timeout(guard, Duration::from_millis(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
 }
 
 /// `Config::max_pending`: one exact global count, touched only when a limit is set.
@@ -66,17 +109,21 @@ impl PendingLimit {
 }
 
 impl Core {
+    /// The shared state of a service running on `clock` (see [`Clock::manual`]).
     pub(crate) fn new(
         config: Config,
+        clock: Clock,
     ) -> (Core, Vec<crossbeam_deque::Worker<crate::executor::Run>>) {
         let limit = Arc::new(PendingLimit::new(config.max_pending));
-        let (executor, locals) = Executor::new(config.shards, config.executor_threads);
+        let (executor, locals) =
+            Executor::new(config.shards, config.executor_threads, config.slow_callback);
         let core = Core {
             tag: next_service_tag(),
             collected: AtomicBool::new(false),
             drop_panics: AtomicU64::new(0),
             strays: AtomicU64::new(0),
-            clock: Clock::new(config.tick),
+            clock,
+            settle: Settle::default(),
             shards: (0..config.shards)
                 .map(|i| Shard::new(i, config.ring_capacity, Arc::clone(&limit)))
                 .collect(),

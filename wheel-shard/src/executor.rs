@@ -19,8 +19,9 @@ use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::core::Core;
 use crate::job::{next_run, Armed, BoxedJob};
 use crate::shard::Notice;
-use crate::state::Ended;
+use crate::state::{short, Ended};
 use crate::stats::{new_histogram, MAX_TRACKED_NANOS};
+use crate::timer::TimerId;
 
 /// A repeating timer's identity, so its worker can re-arm it after the run.
 #[derive(Clone, Copy, Debug)]
@@ -35,15 +36,72 @@ pub(crate) struct Run {
     pub(crate) job: BoxedJob,
     /// The deadline tick it fired for.
     pub(crate) deadline: u64,
-    pub(crate) repeat: Option<Repeat>,
+    /// Its timer, for the slow-callback log and, if repeating, to re-arm it.
+    pub(crate) id: TimerId,
+    pub(crate) repeating: bool,
+    /// When the tick thread handed it over, in real nanoseconds (`Clock::real_nanos`).
+    pub(crate) handed_at: u64,
 }
 
-/// Per-worker counters and lateness samples, merged on request by `stats()`.
+impl Run {
+    pub(crate) fn new(
+        job: BoxedJob,
+        deadline: u64,
+        id: TimerId,
+        repeating: bool,
+        handed_at: u64,
+    ) -> Run {
+        Run {
+            job,
+            deadline,
+            id,
+            repeating,
+            handed_at,
+        }
+    }
+
+    fn repeat(&self) -> Option<Repeat> {
+        self.repeating.then(|| Repeat {
+            shard: self.id.shard(),
+            slot: self.id.slot(),
+            gen: short(self.id.gen()),
+        })
+    }
+}
+
+/// Per-worker counters and samples, merged on request by `stats()`.
 struct WorkerStats {
     fired: AtomicU64,
     panicked: AtomicU64,
-    lateness: Mutex<Histogram<u64>>,
+    /// Runs over `Config::slow_callback`.
+    slow: AtomicU64,
+    /// Runs finished (or skipped), re-arm included: what a manual clock's `advance` waits for.
+    done: AtomicU64,
+    samples: Mutex<Samples>,
 }
+
+/// One worker's distributions, locked once per run.
+struct Samples {
+    lateness: Histogram<u64>,
+    callback_time: Histogram<u64>,
+    queue_delay: Histogram<u64>,
+}
+
+/// The merged distributions of every worker (see `Stats`).
+pub(crate) struct Distributions {
+    pub(crate) lateness: Histogram<u64>,
+    pub(crate) callback_time: Histogram<u64>,
+    pub(crate) queue_delay: Histogram<u64>,
+}
+
+/// A worker's rate limit for the slow-callback log: at most one line per second, which says
+/// how many it held back.
+struct SlowLog {
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+const SLOW_LOG_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Executor {
     injectors: Box<[Injector<Run>]>,
@@ -53,12 +111,19 @@ pub(crate) struct Executor {
     sleep_lock: Mutex<()>,
     wake: Condvar,
     stop: AtomicBool,
+    /// `Config::slow_callback` in nanoseconds.
+    slow_callback: u64,
 }
 
 impl Executor {
     /// The executor for `shards` tick threads and `threads` workers, and the workers' own deques
     /// (one for each worker thread to take).
-    pub(crate) fn new(shards: usize, threads: usize) -> (Executor, Vec<Worker<Run>>) {
+    /// Callbacks running longer than `slow_callback` are counted and logged.
+    pub(crate) fn new(
+        shards: usize,
+        threads: usize,
+        slow_callback: Duration,
+    ) -> (Executor, Vec<Worker<Run>>) {
         let locals: Vec<Worker<Run>> = (0..threads).map(|_| Worker::new_fifo()).collect();
         let executor = Executor {
             injectors: (0..shards).map(|_| Injector::new()).collect(),
@@ -68,7 +133,13 @@ impl Executor {
                     CachePadded::new(WorkerStats {
                         fired: AtomicU64::new(0),
                         panicked: AtomicU64::new(0),
-                        lateness: Mutex::new(new_histogram()),
+                        slow: AtomicU64::new(0),
+                        done: AtomicU64::new(0),
+                        samples: Mutex::new(Samples {
+                            lateness: new_histogram(),
+                            callback_time: new_histogram(),
+                            queue_delay: new_histogram(),
+                        }),
                     })
                 })
                 .collect(),
@@ -76,6 +147,7 @@ impl Executor {
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
         };
         (executor, locals)
     }
@@ -135,12 +207,37 @@ impl Executor {
             .sum()
     }
 
-    /// Every worker's lateness samples, merged.
-    pub(crate) fn lateness(&self) -> Histogram<u64> {
-        let mut merged = new_histogram();
+    /// Callback runs that took longer than `Config::slow_callback`.
+    pub(crate) fn slow_callbacks(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.slow.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Runs finished or skipped, over all workers.
+    pub(crate) fn done(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.done.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// Every worker's samples, merged.
+    pub(crate) fn distributions(&self) -> Distributions {
+        let mut merged = Distributions {
+            lateness: new_histogram(),
+            callback_time: new_histogram(),
+            queue_delay: new_histogram(),
+        };
         for worker in self.workers.iter() {
-            let samples = worker.lateness.lock().unwrap_or_else(|e| e.into_inner());
-            merged.add(&*samples).expect("histograms share bounds");
+            let samples = worker.samples.lock().unwrap_or_else(|e| e.into_inner());
+            let add = |into: &mut Histogram<u64>, from: &Histogram<u64>| {
+                into.add(from).expect("histograms share bounds");
+            };
+            add(&mut merged.lateness, &samples.lateness);
+            add(&mut merged.callback_time, &samples.callback_time);
+            add(&mut merged.queue_delay, &samples.queue_delay);
         }
         merged
     }
@@ -149,9 +246,17 @@ impl Executor {
     pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         core.enter_thread();
         let executor = &core.executor;
+        let mut slow_log = SlowLog {
+            last: None,
+            held_back: 0,
+        };
         loop {
             if let Some(run) = executor.find_task(index, &local) {
-                executor.execute(core, index, run);
+                executor.execute(core, index, run, &mut slow_log);
+                executor.workers[index].done.fetch_add(1, Ordering::SeqCst);
+                if core.clock.is_manual() {
+                    core.settle.signal();
+                }
             } else if executor.stop.load(Ordering::SeqCst) && !executor.has_work() {
                 return;
             } else {
@@ -198,8 +303,9 @@ impl Executor {
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn execute(&self, core: &Core, index: usize, mut run: Run) {
-        if let Some(repeat) = run.repeat {
+    fn execute(&self, core: &Core, index: usize, mut run: Run, slow_log: &mut SlowLog) {
+        let repeat = run.repeat();
+        if let Some(repeat) = repeat {
             if !core.shards[repeat.shard].start_run(repeat) {
                 // Cancelled while queued: `cancel` returned `true`, so the run is skipped.
                 end_repeating(core, repeat, run.job);
@@ -207,28 +313,66 @@ impl Executor {
             }
         }
         let stats = &self.workers[index];
-        let late = Instant::now().saturating_duration_since(core.clock.instant(run.deadline));
-        record(&stats.lateness, late);
         stats.fired.fetch_add(1, Ordering::Relaxed);
+        let started = core.clock.real_nanos();
+        let late = core.clock.lateness(run.deadline, started);
         let ok = match catch_unwind(AssertUnwindSafe(|| run.job.run())) {
             Ok(()) => true,
             Err(payload) => {
                 stats.panicked.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(
                     panic = panic_message(payload.as_ref()),
-                    repeating = run.repeat.is_some(),
+                    timer = ?run.id,
+                    repeating = run.repeating,
                     "timer callback panicked; the service goes on"
                 );
                 drop_payload(payload, &core.drop_panics);
                 false
             }
         };
-        match run.repeat {
+        let took = core.clock.real_nanos().saturating_sub(started);
+        {
+            let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
+            record(&mut samples.lateness, late);
+            record(&mut samples.callback_time, took);
+            record(
+                &mut samples.queue_delay,
+                started.saturating_sub(run.handed_at),
+            );
+        }
+        if took > self.slow_callback {
+            stats.slow.fetch_add(1, Ordering::Relaxed);
+            slow_log.report(run.id, took);
+        }
+        match repeat {
             Some(repeat) => after_run(core, repeat, run.job, run.deadline, ok),
             // A one-shot's closure was consumed by its call, which dropped what it captured:
             // what is left holds no user code.
             None => drop(run.job),
         }
+    }
+}
+
+impl SlowLog {
+    /// Logs a slow run of timer `id` that took `nanos`, unless a line went out less than
+    /// [`SLOW_LOG_EVERY`] ago (then it is held back and counted in the next line).
+    fn report(&mut self, id: TimerId, nanos: u64) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < SLOW_LOG_EVERY)
+        {
+            self.held_back += 1;
+            return;
+        }
+        tracing::warn!(
+            timer = ?id,
+            took = ?Duration::from_nanos(nanos),
+            held_back = self.held_back,
+            "slow timer callback (over Config::slow_callback); it delays the callbacks queued behind it on its worker"
+        );
+        self.last = Some(now);
+        self.held_back = 0;
     }
 }
 
@@ -276,9 +420,7 @@ fn end_repeating(core: &Core, repeat: Repeat, job: BoxedJob) {
     );
 }
 
-fn record(lateness: &Mutex<Histogram<u64>>, late: Duration) {
-    let nanos = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
-    let mut histogram = lateness.lock().unwrap_or_else(|e| e.into_inner());
+fn record(histogram: &mut Histogram<u64>, nanos: u64) {
     histogram.saturating_record(nanos.clamp(1, MAX_TRACKED_NANOS));
 }
 

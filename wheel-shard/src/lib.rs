@@ -104,6 +104,7 @@ mod core;
 mod error;
 mod executor;
 mod job;
+mod manual_clock;
 mod ring;
 mod service;
 mod shard;
@@ -118,6 +119,7 @@ mod tokio_adapter;
 
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
+pub use manual_clock::ManualClock;
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};

@@ -6,11 +6,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::clock::Clock;
 use crate::contain::drop_contained;
 use crate::core::Core;
 use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Executor;
 use crate::job::{Armed, BoxedJob, Every, NewTimer, Once};
+use crate::manual_clock::ManualClock;
 use crate::shard::{Notice, Shard};
 use crate::state::{short, Moved, TimerCell};
 use crate::stats::{Lateness, Stats};
@@ -66,8 +68,46 @@ impl TimerService {
     /// reports no cores pinning is skipped with a warning. Workers are never pinned, so the OS
     /// can move them around the tick threads.
     pub fn new(config: Config) -> Result<TimerService, ConfigError> {
+        let clock = Clock::new(config.tick);
+        TimerService::start(config, clock)
+    }
+
+    /// A service whose time is virtual, for deterministic tests of code built on timeouts:
+    /// it starts at the real now and moves only by the returned [`ManualClock`], so nothing
+    /// fires while it stands still, however much real time passes. Everything else is as in
+    /// production: the same tick threads and executor run the timers, and every call
+    /// (`schedule`, `reschedule`, `cancel`, `stats`, the async adapter's futures …) reads the
+    /// virtual time.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let (timers, clock) = TimerService::with_manual_clock(Config::default()).unwrap();
+    /// let runs = Arc::new(AtomicUsize::new(0));
+    /// let counter = Arc::clone(&runs);
+    /// timers.schedule_repeating(Duration::from_secs(10), move || {
+    ///     counter.fetch_add(1, Ordering::SeqCst);
+    /// }).unwrap();
+    /// clock.advance(Duration::from_secs(9));
+    /// assert_eq!(runs.load(Ordering::SeqCst), 0);
+    /// clock.advance(Duration::from_secs(1)); // returns once the run has completed
+    /// assert_eq!(runs.load(Ordering::SeqCst), 1);
+    /// clock.advance(Duration::from_secs(100));
+    /// assert_eq!(runs.load(Ordering::SeqCst), 11);
+    /// ```
+    pub fn with_manual_clock(config: Config) -> Result<(TimerService, ManualClock), ConfigError> {
+        let clock = Clock::manual(config.tick);
+        let service = TimerService::start(config, clock)?;
+        let manual = ManualClock::new(Arc::clone(&service.handle.core));
+        Ok((service, manual))
+    }
+
+    fn start(config: Config, clock: Clock) -> Result<TimerService, ConfigError> {
         config.validate()?;
-        let (core, locals) = Core::new(config);
+        let (core, locals) = Core::new(config, clock);
         let core = Arc::new(core);
         let mut threads = Threads {
             ticks: Vec::new(),
@@ -285,6 +325,7 @@ impl TimerService {
     pub fn stats(&self) -> Stats {
         let core = self.core();
         let shards = core.shards.iter();
+        let distributions = core.executor.distributions();
         Stats {
             scheduled: shards.clone().map(|s| s.ring.pushed()).sum(),
             fired: core.executor.fired(),
@@ -303,7 +344,10 @@ impl TimerService {
                 .sum(),
             ring_depths: shards.map(|s| s.ring.len()).collect(),
             executor_queue: core.executor.queued(),
-            lateness: Lateness::from_histogram(core.executor.lateness()),
+            lateness: Lateness::from_histogram(distributions.lateness),
+            callback_time: Lateness::from_histogram(distributions.callback_time),
+            queue_delay: Lateness::from_histogram(distributions.queue_delay),
+            slow_callbacks: core.executor.slow_callbacks(),
         }
     }
 

@@ -62,6 +62,12 @@ pub(crate) struct Shard {
     pub(crate) cancelled: AtomicU64,
     /// Timers in the wheel, as the tick thread last published.
     pub(crate) in_wheel: AtomicUsize,
+    /// Runs the tick thread handed to the executor.
+    pub(crate) handed: AtomicU64,
+    /// Manual clock only: the `Settle` round in which the tick thread last caught up, and the
+    /// wheel's next due tick then ([`IDLE`]: none).
+    pub(crate) settled_round: AtomicU64,
+    pub(crate) next_due: AtomicU64,
 }
 
 impl Shard {
@@ -83,6 +89,9 @@ impl Shard {
             wakeups: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             in_wheel: AtomicUsize::new(0),
+            handed: AtomicU64::new(0),
+            settled_round: AtomicU64::new(0),
+            next_due: AtomicU64::new(IDLE),
         }
     }
 
@@ -100,7 +109,11 @@ impl Shard {
             return match self.ring.try_push(timer) {
                 Ok(()) => Ok(()),
                 Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
-                Err(PushError::Full(_)) => Err(ScheduleError::Saturated),
+                Err(PushError::Full(_)) => {
+                    // The tick thread may sleep until a far deadline: let it drain the ring.
+                    self.wake();
+                    Err(ScheduleError::Saturated)
+                }
             };
         }
         let timer = if self.waiters.load(Ordering::SeqCst) == 0 {

@@ -72,6 +72,11 @@ pub(crate) fn short(gen: u64) -> u32 {
     gen as u32
 }
 
+/// The generation before `gen` (of the timer that retired a slot to `gen`).
+pub(crate) fn previous_generation(gen: u64) -> u64 {
+    gen.wrapping_sub(1) & GENERATION_MASK
+}
+
 /// Whether `word` belongs to the timer whose generation's low bits are `gen`.
 fn is_of(word: u64, gen: u32) -> bool {
     short(generation(word)) == gen

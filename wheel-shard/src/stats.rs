@@ -39,10 +39,21 @@ pub struct Stats {
     pub executor_queue: usize,
     /// Callback start minus deadline, over every run so far.
     pub lateness: Lateness,
+    /// How long callbacks ran, over every run so far (real time, also under a manual clock).
+    pub callback_time: Lateness,
+    /// Callback start minus the moment its tick thread handed it to the executor (real time):
+    /// a long queue delay with a small lateness otherwise means a busy executor (slow
+    /// callbacks, too few `executor_threads`), not a late wheel.
+    pub queue_delay: Lateness,
+    /// Callback runs that took longer than `Config::slow_callback`. Each is also logged with
+    /// `tracing` at `warn`, naming the timer and its run time, at most once a second per worker
+    /// (the line says how many it held back).
+    pub slow_callbacks: u64,
 }
 
-/// The lateness distribution: when each callback started, measured from its deadline tick
-/// (the requested deadline rounded up to the tick).
+/// A distribution of durations with its usual percentiles: [`Stats::lateness`] (when each
+/// callback started, measured from its deadline tick, the requested deadline rounded up to the
+/// tick), [`Stats::callback_time`] and [`Stats::queue_delay`].
 #[derive(Clone, Debug)]
 pub struct Lateness {
     /// Runs measured.

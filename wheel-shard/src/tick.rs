@@ -13,10 +13,10 @@ use wheel_core::{TimerKey, Wheel};
 
 use crate::contain::drop_contained;
 use crate::core::Core;
-use crate::executor::{Repeat, Run};
+use crate::executor::Run;
 use crate::job::{Armed, NewTimer};
 use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
-use crate::state::{Admission, Ended, Expiry, TimerCell};
+use crate::state::{previous_generation, Admission, Ended, Expiry, TimerCell};
 use crate::table::Recycler;
 use crate::timer::{TimerId, Unfired};
 
@@ -63,9 +63,9 @@ impl<'a> TickLoop<'a> {
             shard: &core.shards[shard],
             wheel,
             recycler: Recycler::new(),
-            batch: core.config.transfer_batch,
+            batch: transfer_budget(core),
             budget_tick: 0,
-            budget_left: core.config.transfer_batch,
+            budget_left: transfer_budget(core),
             incoming: Vec::with_capacity(WARM_BATCH),
             due: Vec::with_capacity(WARM_BATCH),
             set_aside: Vec::new(),
@@ -85,11 +85,15 @@ impl<'a> TickLoop<'a> {
     /// Runs until the shard is stopped, then hands back every timer that had not fired.
     pub(crate) fn run(mut self) -> Vec<Unfired> {
         let shard = self.shard;
+        let manual = self.core.clock.is_manual();
         loop {
             shard.mark_awake();
             if shard.stop.load(Ordering::SeqCst) {
                 break;
             }
+            // Read before anything queued is looked at: a pass that began after `advance`
+            // opened this round has seen all it queued (see `Settle`).
+            let round = self.core.settle.round.load(Ordering::SeqCst);
             let now = self.core.clock.now();
             let may_transfer = self.transfer(now);
             let touched = self.apply_notices();
@@ -99,6 +103,15 @@ impl<'a> TickLoop<'a> {
             let ring_waits = !shard.ring.is_empty();
             let next = self.wheel.next_expiration();
             if (ring_waits && may_transfer) || next.is_some_and(|t| t <= now) {
+                continue;
+            }
+            if manual {
+                // Virtual time moves only by `advance`, which wakes this thread: report that
+                // this round is caught up and sleep until then.
+                shard.next_due.store(next.unwrap_or(IDLE), Ordering::SeqCst);
+                shard.settled_round.store(round, Ordering::SeqCst);
+                self.core.settle.signal();
+                self.sleep(now, IDLE, ring_waits);
                 continue;
             }
             self.sleep(now, wake_tick(next, now, touched, ring_waits), ring_waits);
@@ -246,6 +259,8 @@ impl<'a> TickLoop<'a> {
         let mut due = std::mem::take(&mut self.due);
         let (mut polled, mut handed) = (0, 0);
         while polled < EXPIRE_BATCH {
+            // When these runs reach the executor, in real time: one clock read per warm batch.
+            let handed_at = self.core.clock.real_nanos();
             let take = WARM_BATCH.min(EXPIRE_BATCH - polled);
             due.extend(self.wheel.advance(now).take(take).map(|entry| entry.value));
             if due.is_empty() {
@@ -254,19 +269,22 @@ impl<'a> TickLoop<'a> {
             polled += due.len();
             self.warm(due.iter().map(|armed| armed.slot));
             for armed in due.drain(..) {
-                if let Some(run) = self.expire_one(armed, now) {
+                if let Some(run) = self.expire_one(armed, now, handed_at) {
                     self.core.executor.submit(self.shard.index, run);
                     handed += 1;
                 }
             }
         }
         self.due = due;
+        if handed > 0 {
+            self.shard.handed.fetch_add(handed as u64, Ordering::SeqCst);
+        }
         self.core.executor.notify(handed);
     }
 
     /// One timer the wheel handed out: the run to give the executor, or `None` when it was
     /// cancelled on the way or has moved to a later deadline (then it is back in the wheel).
-    fn expire_one(&mut self, armed: Armed, now: u64) -> Option<Run> {
+    fn expire_one(&mut self, armed: Armed, now: u64, handed_at: u64) -> Option<Run> {
         let cell = self.cell(armed.slot);
         let expiry = cell.expire(armed.gen, now);
         if expiry != Expiry::Stray {
@@ -279,21 +297,13 @@ impl<'a> TickLoop<'a> {
                 // Retired by this thread just now: the generation its next timer gets.
                 let next = cell.generation();
                 self.recycler.recycle(&self.shard.table, armed.slot, next);
-                Some(Run {
-                    job: armed.job,
-                    deadline,
-                    repeat: None,
-                })
+                let id = self.id(armed.slot, previous_generation(next));
+                Some(Run::new(armed.job, deadline, id, false, handed_at))
             }
-            Expiry::FireRepeating(deadline) => Some(Run {
-                repeat: Some(Repeat {
-                    shard: self.shard.index,
-                    slot: armed.slot,
-                    gen: armed.gen,
-                }),
-                job: armed.job,
-                deadline,
-            }),
+            Expiry::FireRepeating(deadline) => {
+                let id = self.id(armed.slot, cell.generation());
+                Some(Run::new(armed.job, deadline, id, true, handed_at))
+            }
             Expiry::Later(deadline) => {
                 self.insert(deadline, armed);
                 None
@@ -311,6 +321,10 @@ impl<'a> TickLoop<'a> {
                 None
             }
         }
+    }
+
+    fn id(&self, slot: u32, gen: u64) -> TimerId {
+        TimerId::new(self.core.tag, self.shard.index, slot, gen)
     }
 
     /// A timer cancelled before it could fire: retired, counted, its slot freed, its task
@@ -360,6 +374,17 @@ impl<'a> TickLoop<'a> {
         }
         self.publish();
         unfired
+    }
+}
+
+/// Commands moved into the wheel per tick at most: `Config::transfer_batch`, which spreads a
+/// burst over real ticks. Virtual time stands still until everything queued is in, so under a
+/// manual clock there is no limit.
+fn transfer_budget(core: &Core) -> usize {
+    if core.clock.is_manual() {
+        usize::MAX
+    } else {
+        core.config.transfer_batch
     }
 }
 
@@ -424,13 +449,14 @@ mod tests {
     use crate::Config;
 
     fn core() -> Core {
-        Core::new(Config {
+        let config = Config {
             shards: 1,
             executor_threads: 1,
             pin_threads: false,
             ..Config::default()
-        })
-        .0
+        };
+        let clock = crate::clock::Clock::new(config.tick);
+        Core::new(config, clock).0
     }
 
     fn timer(slot: u32, gen: u32, deadline: u64) -> NewTimer {

@@ -39,6 +39,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
         pin_threads = false
         saturation_timeout = "2s"
         capacity = 50000
+        slow_callback = "20ms"
         "#,
     )
     .unwrap();
@@ -55,6 +56,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
             pin_threads: false,
             saturation_timeout: Duration::from_secs(2),
             capacity: 50_000,
+            slow_callback: Duration::from_millis(20),
         }
     );
     let partial = Config::from_toml_str("tick = \"2ms\"").unwrap();
@@ -85,6 +87,8 @@ fn every_invalid_value_names_its_field() {
         ("saturation_timeout = \"2h\"", "saturation_timeout"),
         ("capacity = 1000000000", "capacity"),
         ("capacity = -1", "capacity"),
+        ("slow_callback = \"0ms\"", "slow_callback"),
+        ("slow_callback = \"2h\"", "slow_callback"),
         ("shards = \"two\"", "shards"),
         ("pin_threads = 3", "pin_threads"),
         ("tcik = \"1ms\"", "tcik"),
@@ -123,6 +127,7 @@ fn environment_variables_override_fields() {
         ("WHEEL_PIN_THREADS", "false"),
         ("WHEEL_SATURATION_TIMEOUT", "1s"),
         ("WHEEL_CAPACITY", "2_000_000"),
+        ("WHEEL_SLOW_CALLBACK", "5ms"),
     ];
     let lookup = |name: &str| {
         vars.iter()
@@ -143,6 +148,7 @@ fn environment_variables_override_fields() {
             pin_threads: false,
             saturation_timeout: Duration::from_secs(1),
             capacity: 2_000_000,
+            slow_callback: Duration::from_millis(5),
         }
     );
     let none = Config::default()

@@ -1,0 +1,248 @@
+//! Virtual time through the public API: `TimerService::with_manual_clock` and `ManualClock`.
+//! Nothing here sleeps for the durations it tests: an hour of timers takes milliseconds.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wheel_shard::{Config, ManualClock, TimerService};
+
+fn manual(shards: usize, executor_threads: usize) -> (TimerService, ManualClock) {
+    TimerService::with_manual_clock(Config {
+        shards,
+        executor_threads,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid test config")
+}
+
+#[test]
+fn the_manual_clock_has_the_promised_traits() {
+    fn clone_send_sync<T: Clone + Send + Sync>() {}
+    clone_send_sync::<ManualClock>();
+}
+
+#[test]
+fn nothing_fires_while_virtual_time_stands_still() {
+    let (timers, clock) = manual(2, 2);
+    let fired = Arc::new(AtomicUsize::new(0));
+    let start = clock.now();
+    for ms in [0u64, 1, 5, 50] {
+        let fired = Arc::clone(&fired);
+        timers
+            .schedule(Duration::from_millis(ms + 1), move || {
+                fired.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(fired.load(Ordering::SeqCst), 0, "real time moved nothing");
+    assert_eq!(clock.now(), start, "virtual time stood still");
+    assert_eq!(timers.pending(), 4);
+    clock.advance(Duration::from_millis(6));
+    assert_eq!(
+        fired.load(Ordering::SeqCst),
+        3,
+        "due by 6 ms: run when advance returns"
+    );
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(fired.load(Ordering::SeqCst), 4);
+    assert_eq!(clock.now(), start + Duration::from_millis(106));
+    assert_eq!(timers.stats().fired, 4);
+    assert!(timers.shutdown().is_empty());
+}
+
+#[test]
+fn callbacks_run_in_deadline_order_across_shards_never_early() {
+    let (timers, clock) = manual(4, 2);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let start = clock.now();
+    // Scheduled in reverse, spread over four shards and two workers.
+    for i in (1..=200u64).rev() {
+        let (order, clock2) = (Arc::clone(&order), clock.clone());
+        timers
+            .schedule(Duration::from_millis(i * 3), move || {
+                let at = clock2.now();
+                order.lock().unwrap().push((i, at));
+            })
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(1));
+    let order = order.lock().unwrap();
+    assert_eq!(order.len(), 200);
+    for (k, &(i, at)) in order.iter().enumerate() {
+        assert_eq!(i, k as u64 + 1, "deadline order");
+        assert_eq!(
+            at,
+            start + Duration::from_millis(i * 3),
+            "at the deadline, not early"
+        );
+    }
+}
+
+#[test]
+fn a_callback_that_schedules_within_the_same_advance_sees_it_run() {
+    let (timers, clock) = manual(2, 2);
+    let (tx, rx) = mpsc::channel();
+    let start = clock.now();
+    {
+        let (timers2, clock2, tx) = (timers.clone(), clock.clone(), tx.clone());
+        timers
+            .schedule(Duration::from_secs(1), move || {
+                let (clock3, tx) = (clock2.clone(), tx.clone());
+                timers2
+                    .schedule(Duration::from_secs(2), move || {
+                        tx.send(clock3.now()).unwrap();
+                    })
+                    .unwrap();
+            })
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(rx.try_recv(), Ok(start + Duration::from_secs(3)));
+    assert_eq!(clock.now(), start + Duration::from_secs(5));
+}
+
+#[test]
+fn repeating_timers_keep_the_fixed_rate() {
+    let (timers, clock) = manual(2, 2);
+    let runs = Arc::new(AtomicUsize::new(0));
+    {
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_repeating(Duration::from_secs(10), move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    for _ in 0..100 {
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 10, "100 s at a 10 s period");
+    assert_eq!(timers.shutdown().len(), 1, "still pending: handed back");
+}
+
+#[test]
+fn advance_to_next_walks_deadline_by_deadline() {
+    let (timers, clock) = manual(2, 1);
+    let start = clock.now();
+    assert_eq!(clock.advance_to_next(), None, "nothing pending");
+    assert_eq!(clock.now(), start);
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    for s in [30u64, 10, 20] {
+        let fired = Arc::clone(&fired);
+        timers
+            .schedule(Duration::from_secs(s), move || {
+                fired.lock().unwrap().push(s)
+            })
+            .unwrap();
+    }
+    let cancelled = timers.schedule(Duration::from_secs(5), || {}).unwrap();
+    assert!(timers.cancel(cancelled));
+    for s in [10u64, 20, 30] {
+        assert_eq!(
+            clock.advance_to_next(),
+            Some(start + Duration::from_secs(s))
+        );
+        assert_eq!(*fired.lock().unwrap().last().unwrap(), s);
+    }
+    assert_eq!(clock.advance_to_next(), None);
+    assert_eq!(clock.now(), start + Duration::from_secs(30));
+}
+
+#[test]
+fn reschedule_and_schedule_at_use_virtual_time() {
+    let (timers, clock) = manual(1, 1);
+    let start = clock.now();
+    let (tx, rx) = mpsc::channel();
+    let id = {
+        let (tx, clock2) = (tx.clone(), clock.clone());
+        timers
+            .schedule(Duration::from_secs(10), move || {
+                tx.send(("moved", clock2.now())).unwrap()
+            })
+            .unwrap()
+    };
+    clock.advance(Duration::from_secs(5));
+    assert!(
+        timers.reschedule(id, Duration::from_secs(60)),
+        "postponed to 65 s"
+    );
+    {
+        let clock2 = clock.clone();
+        timers
+            .schedule_at(start + Duration::from_secs(20), move || {
+                tx.send(("at", clock2.now())).unwrap()
+            })
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(rx.try_recv(), Ok(("at", start + Duration::from_secs(20))));
+    assert!(rx.try_recv().is_err(), "the postponed one waits");
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(
+        rx.try_recv(),
+        Ok(("moved", start + Duration::from_secs(65)))
+    );
+    let lateness = timers.stats().lateness;
+    assert_eq!(lateness.count, 2);
+    assert_eq!(
+        lateness.max,
+        Duration::from_nanos(1),
+        "on time in virtual time"
+    );
+}
+
+#[test]
+fn an_hour_of_timers_takes_no_real_hour() {
+    let (timers, clock) = manual(2, 2);
+    let fired = Arc::new(AtomicUsize::new(0));
+    for i in 0..1_000u64 {
+        let fired = Arc::clone(&fired);
+        timers
+            .schedule(Duration::from_secs(i * 36 / 10 + 1), move || {
+                fired.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    let real = Instant::now();
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(fired.load(Ordering::SeqCst), 1_000);
+    assert!(
+        real.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        real.elapsed()
+    );
+}
+
+#[test]
+fn advance_from_a_callback_does_not_deadlock() {
+    let (timers, clock) = manual(1, 1);
+    let (tx, rx) = mpsc::channel();
+    {
+        let clock2 = clock.clone();
+        timers
+            .schedule(Duration::from_secs(1), move || {
+                clock2.advance(Duration::from_secs(1));
+                tx.send(()).unwrap();
+            })
+            .unwrap();
+    }
+    let done = std::thread::spawn(move || clock.advance(Duration::from_secs(1)));
+    assert!(rx.recv_timeout(common::SOON).is_ok());
+    done.join().unwrap();
+    assert!(timers.shutdown().is_empty());
+}
+
+#[test]
+fn advance_after_shutdown_only_moves_time() {
+    let (timers, clock) = manual(1, 1);
+    timers.schedule(Duration::from_secs(1), || {}).unwrap();
+    assert_eq!(timers.shutdown().len(), 1);
+    let start = clock.now();
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(clock.now(), start + Duration::from_secs(5));
+}
