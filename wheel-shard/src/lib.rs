@@ -97,6 +97,7 @@ mod tick;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_adapter;
+mod wake;
 
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
