@@ -7,8 +7,8 @@
 //! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
@@ -16,6 +16,7 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use crate::core::Core;
+use crate::idle::Idle;
 use crate::job::BoxedJob;
 use crate::stats::{new_histogram, MAX_TRACKED_NANOS};
 
@@ -46,10 +47,7 @@ pub(crate) struct Executor {
     injectors: Box<[Injector<Run>]>,
     stealers: Box<[Stealer<Run>]>,
     workers: Box<[CachePadded<WorkerStats>]>,
-    sleepers: AtomicUsize,
-    sleep_lock: Mutex<()>,
-    wake: Condvar,
-    stop: AtomicBool,
+    idle: Idle,
 }
 
 impl Executor {
@@ -69,10 +67,7 @@ impl Executor {
                     })
                 })
                 .collect(),
-            sleepers: AtomicUsize::new(0),
-            sleep_lock: Mutex::new(()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
+            idle: Idle::new(),
         };
         (executor, locals)
     }
@@ -86,26 +81,12 @@ impl Executor {
 
     /// Wakes up to `handed` sleeping workers for tasks just submitted.
     pub(crate) fn notify(&self, handed: usize) {
-        // Pairs with the fence in `sleep`: a worker going to sleep either sees the tasks or is
-        // counted in `sleepers` here.
-        fence(Ordering::SeqCst);
-        let sleepers = self.sleepers.load(Ordering::SeqCst);
-        if sleepers == 0 || handed == 0 {
-            return;
-        }
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if handed >= sleepers {
-            self.wake.notify_all();
-        } else {
-            (0..handed).for_each(|_| self.wake.notify_one());
-        }
+        self.idle.notify(handed);
     }
 
     /// Lets workers exit once the queues are empty.
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.wake.notify_all();
+        self.idle.stop();
     }
 
     /// Tasks queued and not yet started.
@@ -148,7 +129,7 @@ impl Executor {
         loop {
             if let Some(run) = executor.find_task(index, &local) {
                 executor.execute(core, index, run);
-            } else if executor.stop.load(Ordering::SeqCst) && !executor.has_work() {
+            } else if executor.idle.stopped() && !executor.has_work() {
                 return;
             } else {
                 executor.sleep();
@@ -185,13 +166,7 @@ impl Executor {
     }
 
     fn sleep(&self) {
-        let guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !self.has_work() && !self.stop.load(Ordering::SeqCst) {
-            drop(self.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
-        }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.idle.sleep(|| self.has_work());
     }
 
     fn execute(&self, core: &Core, index: usize, mut run: Run) {

@@ -85,6 +85,7 @@ mod config;
 mod core;
 mod error;
 mod executor;
+mod idle;
 mod job;
 mod ring;
 mod service;

@@ -1,16 +1,20 @@
-//! The atomics and parking the concurrent parts use: `std`'s normally, loom's under
-//! `--cfg loom` so the models in `ring.rs`, `state.rs` and `wake.rs` explore every
+//! The atomics, locks and parking the concurrent parts use: `std`'s normally, loom's under
+//! `--cfg loom` so the models in `ring.rs`, `state.rs`, `wake.rs` and `idle.rs` explore every
 //! interleaving.
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex};
 #[cfg(loom)]
 pub(crate) use loom::thread::park;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{park, park_timeout, Thread};
 
