@@ -7,8 +7,8 @@
 //! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
@@ -17,6 +17,7 @@ use hdrhistogram::Histogram;
 
 use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::core::Core;
+use crate::idle::Idle;
 use crate::job::{next_run, Armed, BoxedJob};
 use crate::shard::Notice;
 use crate::state::{short, Ended};
@@ -80,7 +81,7 @@ struct WorkerStats {
     samples: Mutex<Samples>,
 }
 
-/// One worker's distributions, locked once per run.
+/// One worker's distributions.
 struct Samples {
     lateness: Histogram<u64>,
     callback_time: Histogram<u64>,
@@ -107,10 +108,7 @@ pub(crate) struct Executor {
     injectors: Box<[Injector<Run>]>,
     stealers: Box<[Stealer<Run>]>,
     workers: Box<[CachePadded<WorkerStats>]>,
-    sleepers: AtomicUsize,
-    sleep_lock: Mutex<()>,
-    wake: Condvar,
-    stop: AtomicBool,
+    idle: Idle,
     /// `Config::slow_callback` in nanoseconds.
     slow_callback: u64,
 }
@@ -143,10 +141,7 @@ impl Executor {
                     })
                 })
                 .collect(),
-            sleepers: AtomicUsize::new(0),
-            sleep_lock: Mutex::new(()),
-            wake: Condvar::new(),
-            stop: AtomicBool::new(false),
+            idle: Idle::new(),
             slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
         };
         (executor, locals)
@@ -161,26 +156,12 @@ impl Executor {
 
     /// Wakes up to `handed` sleeping workers for tasks just submitted.
     pub(crate) fn notify(&self, handed: usize) {
-        // Pairs with the fence in `sleep`: a worker going to sleep either sees the tasks or is
-        // counted in `sleepers` here.
-        fence(Ordering::SeqCst);
-        let sleepers = self.sleepers.load(Ordering::SeqCst);
-        if sleepers == 0 || handed == 0 {
-            return;
-        }
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if handed >= sleepers {
-            self.wake.notify_all();
-        } else {
-            (0..handed).for_each(|_| self.wake.notify_one());
-        }
+        self.idle.notify(handed);
     }
 
     /// Lets workers exit once the queues are empty.
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.wake.notify_all();
+        self.idle.stop();
     }
 
     /// Tasks queued and not yet started.
@@ -257,7 +238,7 @@ impl Executor {
                 if core.clock.is_manual() {
                     core.settle.signal();
                 }
-            } else if executor.stop.load(Ordering::SeqCst) && !executor.has_work() {
+            } else if executor.idle.stopped() && !executor.has_work() {
                 return;
             } else {
                 executor.sleep();
@@ -294,13 +275,7 @@ impl Executor {
     }
 
     fn sleep(&self) {
-        let guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if !self.has_work() && !self.stop.load(Ordering::SeqCst) {
-            drop(self.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
-        }
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.idle.sleep(|| self.has_work());
     }
 
     fn execute(&self, core: &Core, index: usize, mut run: Run, slow_log: &mut SlowLog) {
@@ -316,6 +291,15 @@ impl Executor {
         stats.fired.fetch_add(1, Ordering::Relaxed);
         let started = core.clock.real_nanos();
         let late = core.clock.lateness(run.deadline, started);
+        {
+            // Recorded before the run, so `stats()` counts a run as soon as it has started.
+            let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
+            record(&mut samples.lateness, late);
+            record(
+                &mut samples.queue_delay,
+                started.saturating_sub(run.handed_at),
+            );
+        }
         let ok = match catch_unwind(AssertUnwindSafe(|| run.job.run())) {
             Ok(()) => true,
             Err(payload) => {
@@ -331,15 +315,14 @@ impl Executor {
             }
         };
         let took = core.clock.real_nanos().saturating_sub(started);
-        {
-            let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
-            record(&mut samples.lateness, late);
-            record(&mut samples.callback_time, took);
-            record(
-                &mut samples.queue_delay,
-                started.saturating_sub(run.handed_at),
-            );
-        }
+        record(
+            &mut stats
+                .samples
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .callback_time,
+            took,
+        );
         if took > self.slow_callback {
             stats.slow.fetch_add(1, Ordering::Relaxed);
             slow_log.report(run.id, took);

@@ -103,6 +103,7 @@ mod contain;
 mod core;
 mod error;
 mod executor;
+mod idle;
 mod job;
 mod manual_clock;
 mod ring;
@@ -116,6 +117,7 @@ mod tick;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_adapter;
+mod wake;
 
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};

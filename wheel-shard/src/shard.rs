@@ -10,10 +10,10 @@
 //! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
 //! only when its deadline is earlier. Both sides use SeqCst, so at least one sees the other: a
 //! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
+//! [`TickWaker`] holds that handshake, and its loom models check it.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread::Thread;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::Injector;
@@ -26,13 +26,8 @@ use crate::job::{Armed, NewTimer};
 use crate::ring::{PendingRing, PushError};
 use crate::state::{Ended, TimerCell};
 use crate::table::TimerTable;
-
-/// `wake_at` while the tick thread is awake: no producer needs to wake it.
-const AWAKE: u64 = 0;
-/// `wake_at` while it sleeps with nothing pending: any deadline wakes it.
-pub(crate) const IDLE: u64 = u64::MAX;
-/// A tick thread that sleeps longer than this is woken to free a cancelled timer's entry.
-pub(crate) const CLEANUP_TICKS: u64 = 2;
+use crate::wake::TickWaker;
+pub(crate) use crate::wake::{CLEANUP_TICKS, IDLE};
 
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {
@@ -48,15 +43,11 @@ pub(crate) struct Shard {
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
     pub(crate) limit: Arc<PendingLimit>,
-    wake_at: CachePadded<AtomicU64>,
-    /// The tick at which the tick thread last planned its sleep.
-    slept_at: AtomicU64,
-    wake_requested: AtomicBool,
+    waker: TickWaker,
     /// Producers waiting for room in a full ring.
     waiters: CachePadded<AtomicUsize>,
     room_lock: Mutex<()>,
     room: Condvar,
-    thread: OnceLock<Thread>,
     pub(crate) stop: AtomicBool,
     pub(crate) wakeups: AtomicU64,
     pub(crate) cancelled: AtomicU64,
@@ -78,13 +69,10 @@ impl Shard {
             notices: Injector::new(),
             table: TimerTable::new(),
             limit,
-            wake_at: CachePadded::new(AtomicU64::new(AWAKE)),
-            slept_at: AtomicU64::new(0),
-            wake_requested: AtomicBool::new(false),
+            waker: TickWaker::new(),
             waiters: CachePadded::new(AtomicUsize::new(0)),
             room_lock: Mutex::new(()),
             room: Condvar::new(),
-            thread: OnceLock::new(),
             stop: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
@@ -95,8 +83,8 @@ impl Shard {
         }
     }
 
-    pub(crate) fn set_thread(&self, thread: Thread) {
-        let _ = self.thread.set(thread);
+    pub(crate) fn set_thread(&self, thread: std::thread::Thread) {
+        self.waker.set_thread(thread);
     }
 
     /// Puts a new timer in the ring, waiting up to `timeout` for room when it is full.
@@ -165,61 +153,46 @@ impl Shard {
     /// Tells the tick thread about `notice`; `due` is the tick by which it should act.
     pub(crate) fn notify(&self, notice: Notice, due: u64) {
         self.notices.push(notice);
-        fence(Ordering::SeqCst);
-        self.nudge(due);
+        self.waker.notify(due);
     }
 
     /// Tells the tick thread about a cancel: it should free the entry within about a tick, so
     /// it is woken only when it went to sleep for longer than that. Reads no clock.
     pub(crate) fn notify_cleanup(&self, notice: Notice) {
         self.notices.push(notice);
-        fence(Ordering::SeqCst);
-        let wake_at = self.wake_at.load(Ordering::SeqCst);
-        let slept_at = self.slept_at.load(Ordering::Relaxed);
-        if wake_at != AWAKE
-            && wake_at > slept_at.saturating_add(CLEANUP_TICKS)
-            && !self.wake_requested.swap(true, Ordering::AcqRel)
-        {
-            self.unpark();
-        }
+        self.waker.notify_cleanup();
     }
 
     /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work.
     pub(crate) fn nudge(&self, due: u64) {
-        if due < self.wake_at.load(Ordering::SeqCst)
-            && !self.wake_requested.swap(true, Ordering::AcqRel)
-        {
-            self.unpark();
-        }
+        self.waker.nudge(due);
     }
 
     /// Wakes the tick thread now.
     pub(crate) fn wake(&self) {
-        self.wake_requested.store(true, Ordering::Release);
-        self.unpark();
-    }
-
-    fn unpark(&self) {
-        if let Some(thread) = self.thread.get() {
-            thread.unpark();
-        }
+        self.waker.wake();
     }
 
     /// Tick thread: it is awake and will look at everything queued.
     pub(crate) fn mark_awake(&self) {
-        self.wake_at.store(AWAKE, Ordering::SeqCst);
-        self.wake_requested.store(false, Ordering::Release);
+        self.waker.mark_awake();
     }
 
     /// Tick thread: at tick `now` it means to sleep until `tick` ([`IDLE`]: until woken).
     /// Returns `false` when work arrived meanwhile and it must not sleep; new timers in the
     /// ring count only when `ring_matters` (not when this tick's transfer budget is spent).
     pub(crate) fn plan_sleep(&self, now: u64, tick: u64, ring_matters: bool) -> bool {
-        self.slept_at.store(now, Ordering::Relaxed);
-        self.wake_at.store(tick.max(1), Ordering::SeqCst);
-        (!ring_matters || self.ring.is_empty())
-            && self.notices.is_empty()
-            && !self.stop.load(Ordering::SeqCst)
+        self.waker.plan_sleep(now, tick, || {
+            (!ring_matters || self.ring.is_empty())
+                && self.notices.is_empty()
+                && !self.stop.load(Ordering::SeqCst)
+        })
+    }
+
+    /// Tick thread, after [`Shard::plan_sleep`] said it may: sleeps until woken, and until
+    /// tick `tick` at most, `timeout()` from now.
+    pub(crate) fn park(&self, tick: u64, timeout: impl FnOnce() -> Duration) {
+        self.waker.park(tick, timeout);
     }
 
     /// The cell of `slot`, which a timer of this shard holds.

@@ -1,13 +1,22 @@
-//! The atomics the lock-free parts use: `std`'s normally, loom's under `--cfg loom` so the
-//! models in `ring.rs` and `state.rs` explore every interleaving.
+//! The atomics, locks and parking the concurrent parts use: `std`'s normally, loom's under
+//! `--cfg loom` so the models in `ring.rs`, `state.rs`, `wake.rs` and `idle.rs` explore every
+//! interleaving.
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex};
+#[cfg(loom)]
+pub(crate) use loom::thread::park;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex};
+#[cfg(not(loom))]
+pub(crate) use std::thread::{park, park_timeout, Thread};
 
 /// Waits a moment for another thread that is inside a short critical step.
 pub(crate) fn spin_wait(backoff: &crossbeam_utils::Backoff) {
@@ -18,6 +27,69 @@ pub(crate) fn spin_wait(backoff: &crossbeam_utils::Backoff) {
     }
     #[cfg(not(loom))]
     backoff.snooze();
+}
+
+/// Orders this thread's SeqCst write before its SeqCst read of another location that follows.
+///
+/// Nothing outside loom: SeqCst accesses share one total order, which already forbids two
+/// threads each missing the other's write (store buffering). Loom treats SeqCst accesses as
+/// AcqRel (its README, "Unsupported features") and would report exactly that outcome as a lost
+/// wake-up; its `fence(SeqCst)` is modelled in full and gives the order the real code has.
+#[inline(always)]
+pub(crate) fn store_load_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// Loom has no timed park: a timed sleep parks until unparked. A model in which no one wakes
+/// the thread then deadlocks, which is how the models see a thread sleep past work it should
+/// have been woken for.
+#[cfg(loom)]
+pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+    loom::thread::park();
+}
+
+/// A thread to unpark: one a loom model runs, or one of the service's own threads (the service
+/// is built under loom too, though no model starts it).
+#[cfg(loom)]
+#[derive(Clone, Debug)]
+pub(crate) enum Thread {
+    Model(loom::thread::Thread),
+    Os(std::thread::Thread),
+}
+
+#[cfg(loom)]
+impl Thread {
+    pub(crate) fn unpark(&self) {
+        match self {
+            Thread::Model(thread) => thread.unpark(),
+            Thread::Os(thread) => thread.unpark(),
+        }
+    }
+}
+
+#[cfg(loom)]
+impl From<loom::thread::Thread> for Thread {
+    fn from(thread: loom::thread::Thread) -> Self {
+        Thread::Model(thread)
+    }
+}
+
+#[cfg(loom)]
+impl From<std::thread::Thread> for Thread {
+    fn from(thread: std::thread::Thread) -> Self {
+        Thread::Os(thread)
+    }
+}
+
+/// Runs loom model `f` with at most `bound` preemptions per execution (unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise), for models with three or more threads whose
+/// exhaustive runs take minutes. Lost wake-ups need only a preemption or two to show.
+#[cfg(all(test, loom))]
+pub(crate) fn model_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound.get_or_insert(bound);
+    builder.check(f);
 }
 
 /// `std`'s `UnsafeCell` with loom's closure-based access API, so one body serves both.

@@ -124,10 +124,7 @@ impl<'a> TickLoop<'a> {
         if !self.shard.plan_sleep(now, wake, !ring_waits) {
             return;
         }
-        match wake {
-            IDLE => std::thread::park(),
-            tick => std::thread::park_timeout(self.core.clock.until(tick)),
-        }
+        self.shard.park(wake, || self.core.clock.until(wake));
         self.shard.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -1,0 +1,240 @@
+//! [`TickWaker`]: the handshake by which a shard's tick thread goes to sleep and producers
+//! wake it (the protocol is described in `shard.rs`).
+//!
+//! The tick thread marks itself awake, works, then publishes the tick it plans to wake at and
+//! looks for work once more before it parks. A producer publishes its work, then reads the
+//! plan and unparks the thread only when its deadline is earlier. `wake_requested` lets only
+//! the first of several producers pay the unpark until the thread marks itself awake again.
+//!
+//! The atomics and the parking come from [`crate::sync`], so the models below check the
+//! handshake itself under loom, with a loom atomic standing in for the ring and the notices.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{self, fence, AtomicBool, AtomicU64, Ordering, Thread};
+
+/// `wake_at` while the tick thread is awake: no producer needs to wake it.
+const AWAKE: u64 = 0;
+/// `wake_at` while it sleeps with nothing pending: any deadline wakes it.
+pub(crate) const IDLE: u64 = u64::MAX;
+/// A tick thread that sleeps longer than this is woken to free a cancelled timer's entry.
+pub(crate) const CLEANUP_TICKS: u64 = 2;
+
+/// A shard's tick-thread wake-up: the plan it sleeps on, and the handle producers unpark.
+pub(crate) struct TickWaker {
+    wake_at: CachePadded<AtomicU64>,
+    /// The tick at which the tick thread last planned its sleep.
+    slept_at: AtomicU64,
+    wake_requested: AtomicBool,
+    /// `std`'s even under loom: it is set before any thread that unparks starts, so there is
+    /// nothing for loom to order.
+    thread: OnceLock<Thread>,
+}
+
+impl TickWaker {
+    pub(crate) fn new() -> Self {
+        TickWaker {
+            wake_at: CachePadded::new(AtomicU64::new(AWAKE)),
+            slept_at: AtomicU64::new(0),
+            wake_requested: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        }
+    }
+
+    /// The tick thread to unpark; set once, before producers can reach it.
+    pub(crate) fn set_thread(&self, thread: impl Into<Thread>) {
+        let _ = self.thread.set(thread.into());
+    }
+
+    /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work with a
+    /// SeqCst write (the ring's push); after any other write, call [`TickWaker::notify`].
+    #[inline]
+    pub(crate) fn nudge(&self, due: u64) {
+        sync::store_load_fence();
+        if due < self.wake_at.load(Ordering::SeqCst)
+            && !self.wake_requested.swap(true, Ordering::AcqRel)
+        {
+            self.unpark();
+        }
+    }
+
+    /// [`TickWaker::nudge`] after work published by a write that need not be SeqCst (a notice):
+    /// the fence orders it before the read of the plan.
+    #[inline]
+    pub(crate) fn notify(&self, due: u64) {
+        fence(Ordering::SeqCst);
+        self.nudge(due);
+    }
+
+    /// Wakes the tick thread for a cancel, published before the call: it should free the entry
+    /// within about a tick, so it is woken only when it went to sleep for longer than that.
+    /// Reads no clock.
+    #[inline]
+    pub(crate) fn notify_cleanup(&self) {
+        fence(Ordering::SeqCst);
+        let wake_at = self.wake_at.load(Ordering::SeqCst);
+        let slept_at = self.slept_at.load(Ordering::Relaxed);
+        if wake_at != AWAKE
+            && wake_at > slept_at.saturating_add(CLEANUP_TICKS)
+            && !self.wake_requested.swap(true, Ordering::AcqRel)
+        {
+            self.unpark();
+        }
+    }
+
+    /// Wakes the tick thread now.
+    #[inline]
+    pub(crate) fn wake(&self) {
+        self.wake_requested.store(true, Ordering::Release);
+        self.unpark();
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+
+    /// Tick thread: it is awake and will look at everything queued.
+    #[inline]
+    pub(crate) fn mark_awake(&self) {
+        self.wake_at.store(AWAKE, Ordering::SeqCst);
+        self.wake_requested.store(false, Ordering::Release);
+    }
+
+    /// Tick thread: at tick `now` it means to sleep until `tick` ([`IDLE`]: until woken).
+    /// Publishes the plan, then asks `idle` (which reads the queues with SeqCst) whether it
+    /// still may; `false` means work arrived meanwhile and it must not sleep.
+    #[inline]
+    pub(crate) fn plan_sleep(&self, now: u64, tick: u64, idle: impl FnOnce() -> bool) -> bool {
+        self.slept_at.store(now, Ordering::Relaxed);
+        self.wake_at.store(tick.max(1), Ordering::SeqCst);
+        sync::store_load_fence();
+        idle()
+    }
+
+    /// Tick thread, after [`TickWaker::plan_sleep`] said it may: sleeps until woken, and for a
+    /// planned tick (not [`IDLE`]) at most `timeout()`.
+    #[inline]
+    pub(crate) fn park(&self, tick: u64, timeout: impl FnOnce() -> Duration) {
+        match tick {
+            IDLE => sync::park(),
+            _ => sync::park_timeout(timeout()),
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+    use loom::thread::{self, JoinHandle};
+
+    /// The tick thread's loop cut down to the handshake, on a thread of its own: `work` counts
+    /// the items published to the ring or the notices. It plans to sleep until `tick` whenever
+    /// it has seen fewer than `want`, and ends once it has seen them all. A wake-up lost while
+    /// it is parked leaves it parked for good (loom's timed park never times out), and loom
+    /// reports the deadlock. Its handle goes to the waker before any producer starts, as the
+    /// service does it. (The model's main thread is a producer, not the tick thread: loom lets
+    /// an unpark end a `join`, which a real tick thread never waits in.)
+    fn tick_thread(want: usize, tick: u64) -> (Arc<TickWaker>, Arc<AtomicUsize>, JoinHandle<()>) {
+        let waker = Arc::new(TickWaker::new());
+        let work = Arc::new(AtomicUsize::new(0));
+        let handle = {
+            let (waker, work) = (Arc::clone(&waker), Arc::clone(&work));
+            thread::spawn(move || loop {
+                waker.mark_awake();
+                if work.load(Ordering::SeqCst) >= want {
+                    return;
+                }
+                if waker.plan_sleep(0, tick, || work.load(Ordering::SeqCst) < want) {
+                    waker.park(tick, || Duration::from_millis(1));
+                }
+            })
+        };
+        waker.set_thread(handle.thread().clone());
+        (waker, work, handle)
+    }
+
+    /// A producer pushes, then nudges, racing the tick thread that plans to sleep with nothing
+    /// pending and looks again: the timer is never left unseen with the thread parked.
+    #[test]
+    fn push_wakes_an_idle_tick_thread() {
+        loom::model(|| {
+            let (waker, work, tick) = tick_thread(1, IDLE);
+            work.fetch_add(1, Ordering::SeqCst);
+            waker.nudge(5);
+            tick.join().unwrap();
+        });
+    }
+
+    /// The same while the tick thread plans to sleep until tick 10 and the producer's deadline
+    /// is tick 5: it is woken rather than left to sleep past the deadline.
+    #[test]
+    fn earlier_deadline_wakes_a_timed_sleep() {
+        loom::model(|| {
+            let (waker, work, tick) = tick_thread(1, 10);
+            work.fetch_add(1, Ordering::SeqCst);
+            waker.nudge(5);
+            tick.join().unwrap();
+        });
+    }
+
+    /// An earlier deadline sent as a notice, whose queue is not written with SeqCst: `notify`'s
+    /// fence carries it (a Relaxed write stands for the notice).
+    #[test]
+    fn notice_wakes_a_timed_sleep() {
+        loom::model(|| {
+            let (waker, work, tick) = tick_thread(1, 10);
+            work.fetch_add(1, Ordering::Relaxed);
+            waker.notify(5);
+            tick.join().unwrap();
+        });
+    }
+
+    /// A cancel's notice reaches a tick thread that sleeps longer than [`CLEANUP_TICKS`].
+    #[test]
+    fn cancel_wakes_a_long_sleep() {
+        loom::model(|| {
+            let (waker, work, tick) = tick_thread(1, CLEANUP_TICKS + 1);
+            work.fetch_add(1, Ordering::Relaxed);
+            waker.notify_cleanup();
+            tick.join().unwrap();
+        });
+    }
+
+    /// Two producers nudge an idle tick thread: the one whose unpark `wake_requested` skips
+    /// never strands its timer, whichever pass of the tick thread it meets.
+    #[test]
+    fn two_producers_share_one_wake_request() {
+        crate::sync::model_bounded(3, || {
+            let (waker, work, tick) = tick_thread(2, IDLE);
+            let other = {
+                let (waker, work) = (Arc::clone(&waker), Arc::clone(&work));
+                thread::spawn(move || {
+                    work.fetch_add(1, Ordering::SeqCst);
+                    waker.nudge(5);
+                })
+            };
+            work.fetch_add(1, Ordering::SeqCst);
+            waker.nudge(5);
+            other.join().unwrap();
+            tick.join().unwrap();
+        });
+    }
+
+    /// Shutdown's stop flag and `wake` reach a tick thread on its way to an idle sleep.
+    #[test]
+    fn wake_reaches_a_tick_thread_going_to_sleep() {
+        loom::model(|| {
+            let (waker, stop, tick) = tick_thread(1, IDLE);
+            stop.store(1, Ordering::SeqCst);
+            waker.wake();
+            tick.join().unwrap();
+        });
+    }
+}
