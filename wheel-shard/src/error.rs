@@ -15,9 +15,11 @@ pub enum ScheduleError {
         /// The configured `max_pending`.
         limit: usize,
     },
-    /// The shard's pending ring stayed full for `Config::saturation_timeout`: the tick thread
-    /// cannot keep up with the producers.
-    #[error("a shard's pending ring stayed full for the saturation timeout (config field `saturation_timeout`)")]
+    /// The shard the timer went to has no room for it: either its pending ring stayed full for
+    /// `Config::saturation_timeout` (at once, for `try_schedule`), so the tick thread cannot keep
+    /// up with the producers; or its timer table holds the most live timers a shard can,
+    /// 2^28 (268 million), until some of them end.
+    #[error("a shard is saturated: its pending ring stayed full for the saturation timeout (config field `saturation_timeout`), or it holds its maximum of 2^28 live timers")]
     Saturated,
 }
 

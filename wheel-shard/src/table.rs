@@ -40,6 +40,8 @@ pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[TimerCell]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
+    /// One past the highest slot handed out: [`SLOTS`], lower in tests of a full table.
+    limit: u32,
     /// Free slots, each with the generation its next timer gets: `generation << 32 | slot`.
     free: Injector<u64>,
 }
@@ -58,14 +60,21 @@ fn locate(slot: u32) -> (usize, usize) {
 }
 
 /// The table ran out of its 2^28 slots (268 million live timers in one shard).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
 impl TimerTable {
     pub(crate) fn new() -> Self {
+        Self::with_limit(SLOTS)
+    }
+
+    /// A table that hands out slots below `limit` only: a full table, for tests, without
+    /// 2^28 cells.
+    fn with_limit(limit: u32) -> Self {
         TimerTable {
             segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             fresh: CachePadded::new(AtomicU32::new(0)),
+            limit: limit.min(SLOTS),
             free: Injector::new(),
         }
     }
@@ -105,7 +114,7 @@ impl TimerTable {
     fn claim_fresh(&self) -> Result<u32, TableFull> {
         self.fresh
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < SLOTS).then_some(n + 1)
+                (n < self.limit).then_some(n + 1)
             })
             .map_err(|_| TableFull)
     }
@@ -246,6 +255,17 @@ mod tests {
             (0, 0),
             "claims still start at slot 0"
         );
+    }
+
+    #[test]
+    fn a_full_table_says_so() {
+        let table = TimerTable::with_limit(3);
+        let claimed: Vec<_> = (0..3).map(|_| table.claim().unwrap()).collect();
+        assert_eq!(claimed, [(0, 0), (1, 0), (2, 0)]);
+        assert_eq!(table.claim(), Err(TableFull), "the limit is reached");
+        assert_eq!(table.claim(), Err(TableFull), "and stays so");
+        assert_eq!(table.high_water(), 3, "no slot past the limit");
+        assert_eq!(TimerTable::new().limit, SLOTS, "a real table holds 2^28");
     }
 
     #[test]
