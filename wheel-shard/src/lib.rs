@@ -86,6 +86,7 @@ mod core;
 mod error;
 mod executor;
 mod job;
+mod memory;
 mod ring;
 mod service;
 mod shard;

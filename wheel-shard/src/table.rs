@@ -11,6 +11,7 @@
 //! the slots it retires in its own [`Recycler`] and tops the queue up once per pass (see there
 //! for why).
 
+use std::collections::TryReserveError;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -51,6 +52,14 @@ fn new_segment() -> Box<[TimerCell]> {
     (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect()
 }
 
+/// [`new_segment`] that reports an allocation failure instead of aborting.
+fn try_new_segment() -> Result<Box<[TimerCell]>, TryReserveError> {
+    let mut cells = Vec::new();
+    cells.try_reserve_exact(SEGMENT_LEN)?;
+    cells.extend((0..SEGMENT_LEN).map(|_| TimerCell::new()));
+    Ok(cells.into_boxed_slice())
+}
+
 /// (segment, offset within it) of `slot`.
 fn locate(slot: u32) -> (usize, usize) {
     (
@@ -79,6 +88,14 @@ impl TimerTable {
         }
     }
 
+    /// Bytes a new table takes, with the segments of its first `slots` slots created (see
+    /// [`TimerTable::try_reserve`]).
+    pub(crate) fn bytes_for(slots: usize) -> usize {
+        let directory = SEGMENTS * std::mem::size_of::<OnceLock<Box<[TimerCell]>>>();
+        let segments = slots.div_ceil(SEGMENT_LEN).min(SEGMENTS);
+        directory + segments * SEGMENT_LEN * std::mem::size_of::<TimerCell>()
+    }
+
     /// The cell of `slot`, if that slot was ever handed out.
     pub(crate) fn cell(&self, slot: u32) -> Option<&TimerCell> {
         let (segment, offset) = locate(slot);
@@ -104,11 +121,16 @@ impl TimerTable {
     }
 
     /// Creates the segments for the first `slots` slots now (`Config::capacity`), so producers
-    /// do not create and fault them in during a burst.
-    pub(crate) fn reserve(&self, slots: usize) {
+    /// do not create and fault them in during a burst. An allocation the allocator refuses
+    /// comes back as an error (the segments made before it stay) rather than aborting.
+    pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), TryReserveError> {
         for segment in self.segments.iter().take(slots.div_ceil(SEGMENT_LEN)) {
-            segment.get_or_init(new_segment);
+            if segment.get().is_none() {
+                // A racing claim may have created it meanwhile; then ours is dropped.
+                let _ = segment.set(try_new_segment()?);
+            }
         }
+        Ok(())
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
@@ -245,7 +267,7 @@ mod tests {
     fn reserve_creates_the_segments_up_front() {
         let table = TimerTable::new();
         assert!(table.cell(0).is_none());
-        table.reserve(SEGMENT_LEN + 1);
+        table.try_reserve(SEGMENT_LEN + 1).unwrap();
         assert!(table.cell(0).is_some());
         let last = 2 * SEGMENT_LEN as u32 - 1;
         assert!(table.cell(last).is_some(), "two whole segments");
@@ -266,6 +288,22 @@ mod tests {
         assert_eq!(table.claim(), Err(TableFull), "and stays so");
         assert_eq!(table.high_water(), 3, "no slot past the limit");
         assert_eq!(TimerTable::new().limit, SLOTS, "a real table holds 2^28");
+    }
+
+    #[test]
+    fn bytes_for_counts_whole_segments() {
+        let directory = TimerTable::bytes_for(0);
+        let segment = SEGMENT_LEN * std::mem::size_of::<TimerCell>();
+        assert_eq!(TimerTable::bytes_for(1), directory + segment);
+        assert_eq!(
+            TimerTable::bytes_for(SEGMENT_LEN + 1),
+            directory + 2 * segment
+        );
+        assert_eq!(
+            TimerTable::bytes_for(usize::MAX),
+            directory + SEGMENTS * segment,
+            "never more than the whole table"
+        );
     }
 
     #[test]

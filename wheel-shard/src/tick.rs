@@ -69,12 +69,15 @@ impl<'a> TickLoop<'a> {
 
     /// A shard's empty wheel, with room for its share of `Config::capacity` already made
     /// (built by the thread that starts the service, so `TimerService::new` returns with the
-    /// memory in place).
-    pub(crate) fn wheel(core: &Core) -> Wheel<Armed> {
+    /// memory in place). The room is allocated fallibly: a refusal is an error naming
+    /// `capacity`, never an abort.
+    pub(crate) fn wheel(core: &Core) -> Result<Wheel<Armed>, crate::ConfigError> {
         let mut wheel = Wheel::with_slots(core.config.wheel_slots)
             .expect("Config::validate bounds wheel_slots");
-        wheel.reserve(core.capacity_per_shard());
         wheel
+            .try_reserve(core.capacity_per_shard())
+            .map_err(|_| crate::memory::refused(&core.config, "capacity"))?;
+        Ok(wheel)
     }
 
     /// Runs until the shard is stopped, then hands back every timer that had not fired.
