@@ -6,6 +6,9 @@
 //! stack gains one block per slab chunk, when the chunk is added, and pushing or popping never
 //! allocates.
 
+use std::collections::TryReserveError;
+use std::mem::size_of;
+
 /// Indices per block: one per node of a slab chunk.
 const BLOCK_BITS: u32 = 14;
 const BLOCK: usize = 1 << BLOCK_BITS;
@@ -33,6 +36,25 @@ impl FreeStack {
         while self.capacity() < capacity {
             self.blocks.push(vec![0; BLOCK].into_boxed_slice());
         }
+    }
+
+    /// [`FreeStack::grow_to`] that reports an allocation failure instead of aborting; the
+    /// blocks added before a failure stay.
+    pub(crate) fn try_grow_to(&mut self, capacity: usize) -> Result<(), TryReserveError> {
+        while self.capacity() < capacity {
+            self.blocks.try_reserve(1)?;
+            let mut block = Vec::new();
+            block.try_reserve_exact(BLOCK)?;
+            block.resize(BLOCK, 0);
+            self.blocks.push(block.into_boxed_slice());
+        }
+        Ok(())
+    }
+
+    /// Bytes the stack allocates to hold `capacity` indices.
+    pub(crate) fn bytes_for(capacity: usize) -> usize {
+        let blocks = capacity.div_ceil(BLOCK);
+        blocks.saturating_mul(BLOCK * size_of::<u32>() + size_of::<Box<[u32]>>())
     }
 
     /// Pushes `index`; the caller has made room with [`FreeStack::grow_to`].

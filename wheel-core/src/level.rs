@@ -123,6 +123,12 @@ impl Level {
         }
     }
 
+    /// Bytes [`Level::new`] allocates for `slots` slots (their arrays grow later, as entries
+    /// arrive).
+    pub(crate) fn bytes(slots: usize) -> usize {
+        slots * std::mem::size_of::<SlotList>() + slots.div_ceil(64) * std::mem::size_of::<u64>()
+    }
+
     /// Whether no slot holds an entry.
     pub(crate) fn is_empty(&self) -> bool {
         self.occupied_slots == 0

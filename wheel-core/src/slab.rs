@@ -14,6 +14,8 @@
 //! known in advance, so an insert starts loading the node a few inserts ahead and the misses
 //! overlap.
 
+use std::collections::TryReserveError;
+use std::mem::size_of;
 use std::num::NonZeroU8;
 
 use crate::free::FreeStack;
@@ -95,6 +97,14 @@ impl<T> Live<T> {
     }
 }
 
+/// The error `Vec` gives for a size past what it can address, for a request past the `u32`
+/// index space: std offers no other way to make a `TryReserveError`.
+fn capacity_overflow() -> TryReserveError {
+    Vec::<u8>::new()
+        .try_reserve(usize::MAX)
+        .expect_err("no Vec holds usize::MAX bytes")
+}
+
 fn level_tag(level: u8) -> NonZeroU8 {
     NonZeroU8::new(level.wrapping_add(1)).expect("level numbers stay far below 255")
 }
@@ -159,6 +169,38 @@ impl<T> Slab<T> {
         while self.capacity() < needed {
             self.add_chunk();
         }
+        self.create_vacant(needed);
+    }
+
+    /// [`Slab::reserve`] that reports, instead of aborting or panicking, an allocation the
+    /// allocator refuses or more than `u32::MAX` places (as a capacity overflow). On an
+    /// error the slab holds what it did before, perhaps with more room allocated.
+    pub(crate) fn try_reserve(&mut self, additional: usize) -> Result<(), TryReserveError> {
+        let needed = self.len.saturating_add(additional);
+        if needed <= self.created {
+            return Ok(());
+        }
+        if needed > NIL as usize {
+            return Err(capacity_overflow());
+        }
+        while self.capacity() < needed {
+            self.try_add_chunk()?;
+        }
+        self.create_vacant(needed);
+        Ok(())
+    }
+
+    /// Bytes [`Slab::reserve`] allocates for `places` in an empty slab: whole chunks of nodes
+    /// and the free stack's room for them.
+    pub(crate) fn bytes_for(places: usize) -> usize {
+        let chunks = places.div_ceil(CHUNK);
+        chunks
+            .saturating_mul(CHUNK * size_of::<Node<T>>() + size_of::<Vec<Node<T>>>())
+            .saturating_add(FreeStack::bytes_for(chunks.saturating_mul(CHUNK)))
+    }
+
+    /// Creates vacant nodes up to `needed` in the room made for them, and stacks them.
+    fn create_vacant(&mut self, needed: usize) {
         let first = self.created;
         for index in first..needed {
             self.chunks[index / CHUNK].push(Node::vacant());
@@ -175,6 +217,17 @@ impl<T> Slab<T> {
         self.chunks.push(Vec::with_capacity(CHUNK));
         let places = self.capacity();
         self.free.grow_to(places);
+    }
+
+    /// [`Slab::add_chunk`] that reports an allocation failure instead of aborting. The free
+    /// stack grows first, so a chunk is only ever added with its room there.
+    fn try_add_chunk(&mut self) -> Result<(), TryReserveError> {
+        self.free.try_grow_to(self.capacity() + CHUNK)?;
+        self.chunks.try_reserve(1)?;
+        let mut chunk = Vec::new();
+        chunk.try_reserve_exact(CHUNK)?;
+        self.chunks.push(chunk);
+        Ok(())
     }
 
     /// Stores a new entry in a vacant node (reusing a freed one first), at the place `link`

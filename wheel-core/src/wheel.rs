@@ -1,5 +1,6 @@
 //! [`Wheel`], the hierarchical timing wheel.
 
+use std::collections::TryReserveError;
 use std::fmt;
 
 use crate::key::{StaleKey, TimerKey};
@@ -82,6 +83,11 @@ pub struct Wheel<T> {
     now: u64,
 }
 
+/// Bits per level for `slots` slots (rounded up to a power of two; one slot becomes two).
+fn slot_bits(slots: usize) -> u32 {
+    slots.next_power_of_two().trailing_zeros().max(1)
+}
+
 /// What falls due next: a slot of a level's current rotation, or the start of a level's next
 /// rotation, which the early cascade has begun to fill.
 #[derive(Clone, Copy, Debug)]
@@ -125,8 +131,27 @@ impl<T> Wheel<T> {
         if slots == 0 || slots > Self::MAX_SLOTS {
             return Err(InvalidSlots(slots));
         }
-        let bits = slots.next_power_of_two().trailing_zeros().max(1);
-        Ok(Self::build(Geometry::new(bits), 0))
+        Ok(Self::build(Geometry::new(slot_bits(slots)), 0))
+    }
+
+    /// Bytes that `Wheel::with_slots(slots)` followed by `reserve(entries)` allocates: each
+    /// level's slot table and bitmap, and `entries` places (slab nodes, in whole chunks, and
+    /// their room in the stack of vacant places). What grows later as entries are placed (the
+    /// slots' arrays of references, 4 bytes an entry) is not counted. For sizing wheels before
+    /// building them; `slots` outside `1..=MAX_SLOTS` counts as the nearest bound.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let empty = Wheel::<u64>::reserved_bytes(64, 0);
+    /// let full = Wheel::<u64>::reserved_bytes(64, 1_000_000);
+    /// assert!(full - empty >= 1_000_000 * (8 + Wheel::<u64>::entry_footprint()));
+    /// ```
+    pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
+        let geometry = Geometry::new(slot_bits(slots.clamp(1, Self::MAX_SLOTS)));
+        let depth = geometry.levels();
+        let levels = 2 * depth * (std::mem::size_of::<Level>() + Level::bytes(geometry.slots()))
+            + depth * std::mem::size_of::<usize>();
+        levels.saturating_add(Slab::<T>::bytes_for(entries))
     }
 
     fn build(geometry: Geometry, capacity: usize) -> Self {
@@ -164,6 +189,21 @@ impl<T> Wheel<T> {
     /// When that would take more than `u32::MAX - 1` places.
     pub fn reserve(&mut self, additional: usize) {
         self.slab.reserve(additional);
+    }
+
+    /// [`Wheel::reserve`] that reports failure instead of aborting the process: the allocator
+    /// refusing the memory, or more than `u32::MAX` places (a capacity overflow). On an
+    /// error the wheel's entries are as they were; room allocated before the failure stays.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let mut wheel = Wheel::<()>::new();
+    /// assert!(wheel.try_reserve(1000).is_ok());
+    /// assert!(wheel.capacity() >= 1000);
+    /// assert!(wheel.try_reserve(u32::MAX as usize + 1).is_err());
+    /// ```
+    pub fn try_reserve(&mut self, additional: usize) -> Result<(), TryReserveError> {
+        self.slab.try_reserve(additional)
     }
 
     /// Bytes of bookkeeping one entry costs beside its `T`: its slab node, and its place in

@@ -666,3 +666,47 @@ fn reserved_places_are_vacant_until_used() {
     assert_eq!(drained.len(), 50_000);
     assert!(wheel.is_empty());
 }
+
+/// `try_reserve` makes the same room as `reserve`, and a request past the index space comes
+/// back as an error, with the wheel as it was, instead of a panic.
+#[test]
+fn try_reserve_reports_what_reserve_cannot_do() {
+    let mut wheel = Wheel::new();
+    let early = wheel.insert(5, "early");
+    wheel.try_reserve(50_000).unwrap();
+    let capacity = wheel.capacity();
+    assert!(capacity >= 50_001);
+    assert!(
+        wheel.try_reserve(u32::MAX as usize).is_err(),
+        "one live entry and u32::MAX more"
+    );
+    assert!(wheel.try_reserve(usize::MAX).is_err());
+    assert_eq!(
+        wheel.capacity(),
+        capacity,
+        "nothing allocated for a refusal"
+    );
+    assert_eq!(wheel.len(), 1);
+    let keys: Vec<_> = (0..50_000u64)
+        .map(|i| wheel.insert(10 + i, "later"))
+        .collect();
+    assert_eq!(wheel.capacity(), capacity, "the room is usable");
+    assert_eq!(wheel.remove(early), Some("early"));
+    assert_eq!(wheel.deadline(keys[7]), Some(17));
+}
+
+/// `reserved_bytes` counts at least the places `reserve` makes, and the levels on top.
+#[test]
+fn reserved_bytes_grows_with_entries_and_slots() {
+    let per_entry = std::mem::size_of::<u64>() + Wheel::<u64>::entry_footprint();
+    let empty = Wheel::<u64>::reserved_bytes(64, 0);
+    assert!(empty > 0, "the levels' slot tables");
+    assert!(Wheel::<u64>::reserved_bytes(4096, 0) > 32 * empty);
+    let full = Wheel::<u64>::reserved_bytes(64, 1_000_000);
+    assert!(full - empty >= 1_000_000 * per_entry);
+    assert!(full - empty <= 1_000_000 * per_entry + 2 * 16_384 * per_entry);
+    assert_eq!(
+        Wheel::<u64>::reserved_bytes(0, 0),
+        Wheel::<u64>::reserved_bytes(1, 0)
+    );
+}

@@ -40,7 +40,9 @@ pub struct Config {
     /// (Netty's rule; the rest waits for the next tick). Moves happen in small chunks between
     /// looks for due timers either way. Default 100 000.
     pub transfer_batch: usize,
-    /// Commands each shard's pending ring holds, rounded up to a power of two. Default 4 096.
+    /// Commands each shard's pending ring holds, rounded up to a power of two (48 bytes each,
+    /// allocated and written by [`TimerService::new`](crate::TimerService::new) for every
+    /// shard). Default 4 096.
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
@@ -59,6 +61,9 @@ pub struct Config {
     /// allocated and written by [`TimerService::new`](crate::TimerService::new), so the first
     /// burst up to there neither allocates in the tick threads nor waits for the kernel to
     /// supply fresh pages one at a time. Default 0: grow on demand.
+    ///
+    /// [`Config::memory_estimate`] adds this up with the rings; `TimerService::new` refuses a
+    /// config over [`limits::memory_limit`] with [`ConfigError::TooLarge`].
     pub capacity: usize,
     /// A callback that runs longer than this is counted in `Stats::slow_callbacks` and logged
     /// with `tracing` (at most once a second per worker, naming the timer and its run time).
@@ -91,8 +96,26 @@ pub mod limits {
     pub const MIN_SLOW_CALLBACK: Duration = Duration::from_micros(1);
     /// Longest `slow_callback`.
     pub const MAX_SLOW_CALLBACK: Duration = Duration::from_secs(3600);
-    /// Most `capacity` (2^28 timers, about 20 GB reserved).
+    /// Most `capacity` (2^28 timers, about 20 GB reserved). A machine's memory may allow
+    /// less: see [`memory_limit`].
     pub const MAX_CAPACITY: usize = 1 << 28;
+
+    /// The most memory [`TimerService::new`](crate::TimerService::new) allocates up front on
+    /// this machine, in bytes: half its memory — physical RAM, or the memory limit of the
+    /// process's cgroup (a container's) when that is lower, as Linux reports them. Where
+    /// neither can be read, only the address space bounds it (and a refusal by the allocator
+    /// is still an error, never an abort).
+    ///
+    /// This is checked by `TimerService::new`, not [`Config::validate`](crate::Config::validate):
+    /// a config is often validated on one machine (a build, a deploy tool) and run on another,
+    /// so validation must not depend on where it runs.
+    ///
+    /// Half, because what `new` allocates is written at once and stays resident before a
+    /// single task is stored: the timers that fill it bring their tasks, and the application
+    /// around them needs room too.
+    pub fn memory_limit() -> u64 {
+        crate::memory::limit()
+    }
 }
 
 fn available_cores() -> usize {
@@ -197,7 +220,39 @@ impl Config {
         Ok(self)
     }
 
+    /// Bytes [`TimerService::new`](crate::TimerService::new) allocates up front for this
+    /// config, all of it written at once so it is resident from the start:
+    ///
+    /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 48 bytes;
+    /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer cell of
+    ///   24 bytes per slot in whole segments of 64 Ki, and a wheel place of 52 bytes per timer
+    ///   in whole chunks of 16 Ki — about 76 bytes a timer;
+    /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
+    ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096) and its timer table's
+    ///   directory (96 KiB);
+    /// - per executor thread, its lateness histogram (264 KiB).
+    ///
+    /// Not counted: what grows later with the timers actually scheduled (their tasks, the wheel
+    /// slots' arrays), and thread stacks, which are reserved address space that is only
+    /// touched as used.
+    ///
+    /// ```
+    /// use wheel_shard::Config;
+    ///
+    /// let small = Config { shards: 2, capacity: 0, ..Config::default() };
+    /// let big = Config { capacity: 1_000_000, ..small.clone() };
+    /// assert!(big.memory_estimate() - small.memory_estimate() >= 76_000_000);
+    /// ```
+    pub fn memory_estimate(&self) -> u64 {
+        crate::memory::estimate(self)
+    }
+
     /// Checks every field against [`limits`]; the error names the first field out of range.
+    ///
+    /// The checks depend on the config alone, never on the machine, so a config valid here is
+    /// valid everywhere. Whether the machine has the memory the config sizes
+    /// ([`Config::memory_estimate`] against [`limits::memory_limit`]) is checked by
+    /// [`TimerService::new`](crate::TimerService::new).
     pub fn validate(&self) -> Result<(), ConfigError> {
         use limits::*;
         let invalid =

@@ -8,7 +8,10 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
+use crate::error::ConfigError;
 use crate::executor::Executor;
+use crate::memory;
+use crate::ring::PendingRing;
 use crate::shard::Shard;
 use crate::Config;
 
@@ -109,12 +112,22 @@ impl PendingLimit {
 }
 
 impl Core {
-    /// The shared state of a service running on `clock` (see [`Clock::manual`]).
+    /// The shared state of a service running on `clock` (see [`Clock::manual`]): everything
+    /// but the wheels (see `TickLoop::wheel`). The rings and the timer cells for
+    /// `Config::capacity` are allocated fallibly: a refusal is `ConfigError::OutOfMemory`,
+    /// never an abort.
     pub(crate) fn new(
         config: Config,
         clock: Clock,
-    ) -> (Core, Vec<crossbeam_deque::Worker<crate::executor::Run>>) {
+    ) -> Result<(Core, Vec<crossbeam_deque::Worker<crate::executor::Run>>), ConfigError> {
         let limit = Arc::new(PendingLimit::new(config.max_pending));
+        let shards = (0..config.shards)
+            .map(|i| {
+                let ring = PendingRing::try_new(config.ring_capacity)
+                    .map_err(|_| memory::refused(&config, "ring_capacity"))?;
+                Ok(Shard::new(i, ring, Arc::clone(&limit)))
+            })
+            .collect::<Result<_, ConfigError>>()?;
         let (executor, locals) =
             Executor::new(config.shards, config.executor_threads, config.slow_callback);
         let core = Core {
@@ -124,9 +137,7 @@ impl Core {
             strays: AtomicU64::new(0),
             clock,
             settle: Settle::default(),
-            shards: (0..config.shards)
-                .map(|i| Shard::new(i, config.ring_capacity, Arc::clone(&limit)))
-                .collect(),
+            shards,
             executor,
             closed: AtomicBool::new(false),
             limit,
@@ -134,9 +145,12 @@ impl Core {
             config,
         };
         for shard in core.shards.iter() {
-            shard.table.reserve(core.capacity_per_shard());
+            shard
+                .table
+                .try_reserve(core.capacity_per_shard())
+                .map_err(|_| memory::refused(&core.config, "capacity"))?;
         }
-        (core, locals)
+        Ok((core, locals))
     }
 
     /// `Config::capacity` split evenly over the shards (rounded up).

@@ -106,6 +106,7 @@ mod executor;
 mod idle;
 mod job;
 mod manual_clock;
+mod memory;
 mod ring;
 mod service;
 mod shard;

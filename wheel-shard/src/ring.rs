@@ -11,6 +11,7 @@
 //! Closing sets the top bit of `tail`, so no claim succeeds afterwards, while every claim made
 //! before is still published and drained: nothing pushed successfully is ever lost.
 
+use std::collections::TryReserveError;
 use std::mem::MaybeUninit;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -49,19 +50,37 @@ unsafe impl<T: Send> Sync for PendingRing<T> {}
 
 impl<T> PendingRing<T> {
     /// A ring of `capacity` cells, rounded up to a power of two (at least 2).
+    #[cfg(test)]
     pub(crate) fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(2).next_power_of_two();
-        PendingRing {
-            cells: (0..capacity as u64)
-                .map(|i| Cell {
-                    sequence: AtomicU64::new(i),
-                    value: UnsafeCell::new(MaybeUninit::uninit()),
-                })
-                .collect(),
+        Self::try_new(capacity).expect("a test ring fits in memory")
+    }
+
+    /// [`PendingRing::new`] that reports an allocation the allocator refuses instead of
+    /// aborting (a ring is one allocation, up to gigabytes with a large `ring_capacity`).
+    pub(crate) fn try_new(capacity: usize) -> Result<Self, TryReserveError> {
+        let capacity = Self::cells_for(capacity);
+        let mut cells = Vec::new();
+        cells.try_reserve_exact(capacity)?;
+        cells.extend((0..capacity as u64).map(|i| Cell {
+            sequence: AtomicU64::new(i),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }));
+        Ok(PendingRing {
+            cells: cells.into_boxed_slice(),
             mask: capacity as u64 - 1,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
-        }
+        })
+    }
+
+    /// Cells in a ring asked for `capacity`.
+    fn cells_for(capacity: usize) -> usize {
+        capacity.max(2).next_power_of_two()
+    }
+
+    /// Bytes a ring asked for `capacity` allocates for its cells.
+    pub(crate) fn bytes_for(capacity: usize) -> usize {
+        Self::cells_for(capacity).saturating_mul(std::mem::size_of::<Cell<T>>())
     }
 
     #[cfg(test)]
@@ -190,6 +209,13 @@ mod tests {
             assert!(ring.is_empty());
         }
         assert_eq!(ring.pushed(), 12);
+    }
+
+    #[test]
+    fn a_ring_too_big_to_allocate_is_an_error() {
+        assert!(PendingRing::<u64>::try_new(1 << 60).is_err());
+        assert_eq!(PendingRing::<u64>::bytes_for(3), 4 * 16);
+        assert_eq!(PendingRing::<u64>::try_new(3).unwrap().capacity(), 4);
     }
 
     #[test]

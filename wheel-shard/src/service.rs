@@ -67,6 +67,12 @@ impl TimerService {
     /// than shards, tick threads share cores rather than go unpinned, and where the platform
     /// reports no cores pinning is skipped with a warning. Workers are never pinned, so the OS
     /// can move them around the tick threads.
+    ///
+    /// Everything the config sizes is allocated and written here, before any thread starts:
+    /// a config whose [`Config::memory_estimate`] is over this machine's
+    /// [`limits::memory_limit`](crate::limits::memory_limit) is refused with
+    /// [`ConfigError::TooLarge`], and an allocation the allocator refuses with
+    /// [`ConfigError::OutOfMemory`]; both name the field, and neither aborts the process.
     pub fn new(config: Config) -> Result<TimerService, ConfigError> {
         let clock = Clock::new(config.tick);
         TimerService::start(config, clock)
@@ -107,13 +113,17 @@ impl TimerService {
 
     fn start(config: Config, clock: Clock) -> Result<TimerService, ConfigError> {
         config.validate()?;
-        let (core, locals) = Core::new(config, clock);
+        crate::memory::check(&config)?;
+        let (core, locals) = Core::new(config, clock)?;
+        let wheels = (0..core.shards.len())
+            .map(|_| TickLoop::wheel(&core))
+            .collect::<Result<Vec<_>, _>>()?;
         let core = Arc::new(core);
         let mut threads = Threads {
             ticks: Vec::new(),
             workers: Vec::new(),
         };
-        let started = spawn_threads(&core, locals, &mut threads);
+        let started = spawn_threads(&core, locals, wheels, &mut threads);
         let handle = Handle {
             core,
             threads: Mutex::new(Some(threads)),
@@ -451,6 +461,7 @@ fn join_unless_current<T>(handle: JoinHandle<T>) -> Option<T> {
 fn spawn_threads(
     core: &Arc<Core>,
     locals: Vec<crossbeam_deque::Worker<crate::executor::Run>>,
+    wheels: Vec<wheel_core::Wheel<Armed>>,
     threads: &mut Threads,
 ) -> std::io::Result<()> {
     let cores = if core.config.pin_threads {
@@ -462,10 +473,9 @@ fn spawn_threads(
     } else {
         Vec::new()
     };
-    for index in 0..core.shards.len() {
+    for (index, wheel) in wheels.into_iter().enumerate() {
         let pin = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let thread_core = Arc::clone(core);
-        let wheel = TickLoop::wheel(core);
         let handle = thread::Builder::new()
             .name(format!("wheel-tick-{index}"))
             .spawn(move || {

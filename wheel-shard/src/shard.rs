@@ -62,10 +62,11 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(index: usize, ring_capacity: usize, limit: Arc<PendingLimit>) -> Self {
+    /// Shard `index`, with its `ring` made by the caller (a fallible allocation).
+    pub(crate) fn new(index: usize, ring: PendingRing<NewTimer>, limit: Arc<PendingLimit>) -> Self {
         Shard {
             index,
-            ring: PendingRing::new(ring_capacity),
+            ring,
             notices: Injector::new(),
             table: TimerTable::new(),
             limit,

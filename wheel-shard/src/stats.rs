@@ -81,6 +81,12 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_TRACKED_NANOS, 3).expect("static histogram bounds are valid")
 }
 
+/// Bytes one [`new_histogram`] allocates for its counts (each executor worker keeps one).
+pub(crate) fn histogram_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| new_histogram().distinct_values() * std::mem::size_of::<u64>())
+}
+
 impl Lateness {
     pub(crate) fn from_histogram(histogram: Histogram<u64>) -> Lateness {
         let at = |q: f64| Duration::from_nanos(histogram.value_at_quantile(q));

@@ -11,6 +11,7 @@
 //! the slots it retires in its own [`Recycler`] and tops the queue up once per pass (see there
 //! for why).
 
+use std::collections::TryReserveError;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -40,6 +41,8 @@ pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[TimerCell]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
+    /// One past the highest slot handed out: [`SLOTS`], lower in tests of a full table.
+    limit: u32,
     /// Free slots, each with the generation its next timer gets.
     free: Injector<FreeSlot>,
 }
@@ -56,6 +59,14 @@ fn new_segment() -> Box<[TimerCell]> {
     (0..SEGMENT_LEN).map(|_| TimerCell::new()).collect()
 }
 
+/// [`new_segment`] that reports an allocation failure instead of aborting.
+fn try_new_segment() -> Result<Box<[TimerCell]>, TryReserveError> {
+    let mut cells = Vec::new();
+    cells.try_reserve_exact(SEGMENT_LEN)?;
+    cells.extend((0..SEGMENT_LEN).map(|_| TimerCell::new()));
+    Ok(cells.into_boxed_slice())
+}
+
 /// (segment, offset within it) of `slot`.
 fn locate(slot: u32) -> (usize, usize) {
     (
@@ -65,16 +76,31 @@ fn locate(slot: u32) -> (usize, usize) {
 }
 
 /// The table ran out of its 2^28 slots (268 million live timers in one shard).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
 impl TimerTable {
     pub(crate) fn new() -> Self {
+        Self::with_limit(SLOTS)
+    }
+
+    /// A table that hands out slots below `limit` only: a full table, for tests, without
+    /// 2^28 cells.
+    fn with_limit(limit: u32) -> Self {
         TimerTable {
             segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             fresh: CachePadded::new(AtomicU32::new(0)),
+            limit: limit.min(SLOTS),
             free: Injector::new(),
         }
+    }
+
+    /// Bytes a new table takes, with the segments of its first `slots` slots created (see
+    /// [`TimerTable::try_reserve`]).
+    pub(crate) fn bytes_for(slots: usize) -> usize {
+        let directory = SEGMENTS * std::mem::size_of::<OnceLock<Box<[TimerCell]>>>();
+        let segments = slots.div_ceil(SEGMENT_LEN).min(SEGMENTS);
+        directory + segments * SEGMENT_LEN * std::mem::size_of::<TimerCell>()
     }
 
     /// The cell of `slot`, if that slot was ever handed out.
@@ -102,17 +128,22 @@ impl TimerTable {
     }
 
     /// Creates the segments for the first `slots` slots now (`Config::capacity`), so producers
-    /// do not create and fault them in during a burst.
-    pub(crate) fn reserve(&self, slots: usize) {
+    /// do not create and fault them in during a burst. An allocation the allocator refuses
+    /// comes back as an error (the segments made before it stay) rather than aborting.
+    pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), TryReserveError> {
         for segment in self.segments.iter().take(slots.div_ceil(SEGMENT_LEN)) {
-            segment.get_or_init(new_segment);
+            if segment.get().is_none() {
+                // A racing claim may have created it meanwhile; then ours is dropped.
+                let _ = segment.set(try_new_segment()?);
+            }
         }
+        Ok(())
     }
 
     fn claim_fresh(&self) -> Result<u32, TableFull> {
         self.fresh
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < SLOTS).then_some(n + 1)
+                (n < self.limit).then_some(n + 1)
             })
             .map_err(|_| TableFull)
     }
@@ -236,7 +267,7 @@ mod tests {
     fn reserve_creates_the_segments_up_front() {
         let table = TimerTable::new();
         assert!(table.cell(0).is_none());
-        table.reserve(SEGMENT_LEN + 1);
+        table.try_reserve(SEGMENT_LEN + 1).unwrap();
         assert!(table.cell(0).is_some());
         let last = 2 * SEGMENT_LEN as u32 - 1;
         assert!(table.cell(last).is_some(), "two whole segments");
@@ -245,6 +276,33 @@ mod tests {
             table.claim().unwrap(),
             (0, 0),
             "claims still start at slot 0"
+        );
+    }
+
+    #[test]
+    fn a_full_table_says_so() {
+        let table = TimerTable::with_limit(3);
+        let claimed: Vec<_> = (0..3).map(|_| table.claim().unwrap()).collect();
+        assert_eq!(claimed, [(0, 0), (1, 0), (2, 0)]);
+        assert_eq!(table.claim(), Err(TableFull), "the limit is reached");
+        assert_eq!(table.claim(), Err(TableFull), "and stays so");
+        assert_eq!(table.high_water(), 3, "no slot past the limit");
+        assert_eq!(TimerTable::new().limit, SLOTS, "a real table holds 2^28");
+    }
+
+    #[test]
+    fn bytes_for_counts_whole_segments() {
+        let directory = TimerTable::bytes_for(0);
+        let segment = SEGMENT_LEN * std::mem::size_of::<TimerCell>();
+        assert_eq!(TimerTable::bytes_for(1), directory + segment);
+        assert_eq!(
+            TimerTable::bytes_for(SEGMENT_LEN + 1),
+            directory + 2 * segment
+        );
+        assert_eq!(
+            TimerTable::bytes_for(usize::MAX),
+            directory + SEGMENTS * segment,
+            "never more than the whole table"
         );
     }
 

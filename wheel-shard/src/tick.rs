@@ -74,12 +74,15 @@ impl<'a> TickLoop<'a> {
 
     /// A shard's empty wheel, with room for its share of `Config::capacity` already made
     /// (built by the thread that starts the service, so `TimerService::new` returns with the
-    /// memory in place).
-    pub(crate) fn wheel(core: &Core) -> Wheel<Armed> {
+    /// memory in place). The room is allocated fallibly: a refusal is an error naming
+    /// `capacity`, never an abort.
+    pub(crate) fn wheel(core: &Core) -> Result<Wheel<Armed>, crate::ConfigError> {
         let mut wheel = Wheel::with_slots(core.config.wheel_slots)
             .expect("Config::validate bounds wheel_slots");
-        wheel.reserve(core.capacity_per_shard());
         wheel
+            .try_reserve(core.capacity_per_shard())
+            .map_err(|_| crate::memory::refused(&core.config, "capacity"))?;
+        Ok(wheel)
     }
 
     /// Runs until the shard is stopped, then hands back every timer that had not fired.
@@ -453,7 +456,7 @@ mod tests {
             ..Config::default()
         };
         let clock = crate::clock::Clock::new(config.tick);
-        Core::new(config, clock).0
+        Core::new(config, clock).unwrap().0
     }
 
     fn timer(slot: u32, gen: u32, deadline: u64) -> NewTimer {
@@ -472,7 +475,7 @@ mod tests {
     fn a_timer_out_of_step_with_its_cell_is_set_aside_and_handed_back() {
         let core = core();
         let shard = &core.shards[0];
-        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core));
+        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
         let (slot, gen) = shard.table.claim().unwrap();
         let wrong = short(gen).wrapping_add(1);
         assert!(shard.ring.try_push(timer(slot, wrong, 5)).is_ok());

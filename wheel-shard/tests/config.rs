@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use wheel_shard::{Config, ConfigError, TimerService};
+use wheel_shard::{limits, Config, ConfigError, TimerService};
 
 fn field_of(result: Result<Config, ConfigError>) -> String {
     let error = result.expect_err("invalid config accepted");
@@ -114,6 +114,86 @@ fn the_service_refuses_an_invalid_config() {
     assert_eq!(error.field(), Some("executor_threads"));
 }
 
+/// What `TimerService::new` says to a config too big for the machine: `None` where this
+/// machine could hold it after all, rather than have a test allocate tens of gigabytes (the
+/// configs below are over half of any machine with less than 40 GB, or of any machine at all).
+fn refusal(config: Config) -> Option<ConfigError> {
+    if config.memory_estimate() <= limits::memory_limit() {
+        eprintln!(
+            "skipped: this machine holds {} bytes",
+            config.memory_estimate()
+        );
+        return None;
+    }
+    Some(TimerService::new(config).expect_err("a config over the memory limit was accepted"))
+}
+
+#[test]
+fn a_capacity_over_the_machines_memory_is_refused_not_aborted() {
+    let config = Config {
+        shards: 2,
+        executor_threads: 1,
+        pin_threads: false,
+        capacity: 1 << 28,
+        ..Config::default()
+    };
+    config.validate().unwrap();
+    assert!(
+        config.memory_estimate() > 20_000_000_000,
+        "{} bytes: about 76 a timer",
+        config.memory_estimate()
+    );
+    let Some(error) = refusal(config) else { return };
+    assert_eq!(error.field(), Some("capacity"), "{error}");
+    assert!(
+        matches!(error, ConfigError::TooLarge { bytes, limit, .. }
+            if bytes > limit && limit == limits::memory_limit()),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("`capacity`"), "{error}");
+}
+
+#[test]
+fn rings_over_the_machines_memory_are_refused_not_aborted() {
+    let config = Config {
+        shards: 1024,
+        executor_threads: 1,
+        pin_threads: false,
+        ring_capacity: 1 << 26,
+        ..Config::default()
+    };
+    config.validate().unwrap();
+    assert!(config.memory_estimate() > 3 << 40, "48 bytes a command");
+    let Some(error) = refusal(config) else { return };
+    assert_eq!(error.field(), Some("ring_capacity"), "{error}");
+    assert!(matches!(error, ConfigError::TooLarge { .. }), "{error:?}");
+}
+
+#[test]
+fn a_modest_capacity_is_made_and_used() {
+    let config = Config {
+        shards: 2,
+        executor_threads: 1,
+        pin_threads: false,
+        capacity: 200_000,
+        ring_capacity: 1 << 14,
+        ..Config::default()
+    };
+    let estimate = config.memory_estimate();
+    assert!(
+        (200_000 * 76..200_000 * 76 + 20_000_000).contains(&estimate),
+        "{estimate} bytes"
+    );
+    assert!(estimate < limits::memory_limit());
+    let timers = TimerService::new(config).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    timers
+        .schedule(Duration::from_millis(1), move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(timers.shutdown().is_empty());
+}
+
 #[test]
 fn environment_variables_override_fields() {
     let vars = [
@@ -219,4 +299,59 @@ fn config_round_trips_through_toml() {
     };
     let text = toml::to_string(&config).unwrap();
     assert_eq!(Config::from_toml_str(&text).unwrap(), config);
+}
+
+/// Set in the child process of [`an_allocation_the_allocator_refuses_is_an_error`].
+const LIMITED_CHILD: &str = "ALLOCATION_LIMITED_CHILD";
+
+/// A config within the machine's memory whose allocation the allocator refuses all the same
+/// (here an address-space limit, as `ulimit -v` or strict overcommit would) is an error naming
+/// the field, not an abort. Runs [`refused_allocation_in_a_limited_process`] in a child process
+/// under `ulimit -v`, so the limit does not touch the other tests.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_allocation_the_allocator_refuses_is_an_error() {
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(
+            "ulimit -v 1048576 && exec \"$0\" --exact refused_allocation_in_a_limited_process \
+             --test-threads=1 --nocapture",
+        )
+        .arg(exe)
+        .env(LIMITED_CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{:?}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The child's half of [`an_allocation_the_allocator_refuses_is_an_error`]; does nothing in a
+/// normal run.
+#[test]
+fn refused_allocation_in_a_limited_process() {
+    if std::env::var_os(LIMITED_CHILD).is_none() {
+        return;
+    }
+    // About 1.2 GB up front: under half of the machine, over the 1 GiB of address space.
+    let config = Config {
+        shards: 2,
+        executor_threads: 1,
+        pin_threads: false,
+        capacity: 16_000_000,
+        ..Config::default()
+    };
+    assert!(config.memory_estimate() < limits::memory_limit());
+    let error = TimerService::new(config).expect_err("1.2 GB fit in 1 GiB of address space");
+    assert_eq!(error.field(), Some("capacity"), "{error}");
+    assert!(
+        matches!(error, ConfigError::OutOfMemory { .. }),
+        "{error:?}"
+    );
+    eprintln!("{error}");
 }
