@@ -11,6 +11,10 @@
 //! cancel it. A timer that fires raises its connection's [`Alarm`] (a tokio `Notify`) and the
 //! connection's task closes both sockets. Ctrl-C prints the service's stats and exits.
 //!
+//! Nothing here blocks a runtime thread: timers are scheduled with `try_schedule` (a full
+//! ring refuses at once instead of waiting up to `saturation_timeout`), and the service's
+//! blocking `shutdown` runs on tokio's blocking pool.
+//!
 //! `tests/proxy_redis.rs` includes this file as a module and runs [`Proxy`] in-process.
 
 use std::future::Future;
@@ -82,7 +86,10 @@ pub struct Counters {
     pub closed_idle: AtomicU64,
     pub closed_request_timeout: AtomicU64,
     pub closed_normally: AtomicU64,
+    /// Refused for want of a timer, or ended by an I/O error.
     pub failed: AtomicU64,
+    /// `accept` calls that failed (out of descriptors, say); each one backs off.
+    pub accept_errors: AtomicU64,
 }
 
 /// What [`Proxy::run_until`] hands back: the service's stats after the last connection closed.
@@ -142,9 +149,11 @@ struct ConnTimers {
 }
 
 impl ConnTimers {
+    /// Runs in the accept loop: `try_schedule`, because waiting for room in a full ring would
+    /// block a runtime thread (and every connection on it) for up to `saturation_timeout`.
     fn start(timers: &TimerService, limits: Limits) -> Result<ConnTimers, ScheduleError> {
         let alarm = Arc::new(Alarm::default());
-        let idle = timers.schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
+        let idle = timers.try_schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
         Ok(ConnTimers {
             timers: timers.clone(),
             limits,
@@ -161,7 +170,8 @@ impl ConnTimers {
     }
 
     /// The client sent bytes: start the request deadline unless one is already running (the
-    /// oldest unanswered bytes set the deadline).
+    /// oldest unanswered bytes set the deadline). Runs in the connection's task, so it never
+    /// waits for ring room: a full ring fails the connection rather than stalling the runtime.
     fn request_sent(&self) -> Result<(), ScheduleError> {
         let Some(limit) = self.limits.request_timeout else {
             return Ok(());
@@ -169,7 +179,7 @@ impl ConnTimers {
         let mut running = self.request.lock().unwrap_or_else(PoisonError::into_inner);
         if running.is_none() {
             let fire = raise_on_fire(&self.alarm, CloseReason::RequestTimeout);
-            *running = Some(self.timers.schedule(limit, fire)?);
+            *running = Some(self.timers.try_schedule(limit, fire)?);
         }
         Ok(())
     }
@@ -290,6 +300,9 @@ const BACKLOG: u32 = 4096;
 /// How long the startup check waits for upstream to accept a connection.
 const UPSTREAM_CHECK: Duration = Duration::from_secs(3);
 
+/// How long the accept loop pauses after `accept` fails.
+const ACCEPT_BACK_OFF: Duration = Duration::from_millis(50);
+
 impl Proxy {
     /// Binds `listen` and checks that `upstream` accepts connections.
     pub async fn bind(
@@ -341,7 +354,12 @@ impl Proxy {
         }
         // Aborting drops each connection's ConnTimers, which cancels its timers.
         connections.shutdown().await;
-        self.shared.timers.shutdown();
+        // `shutdown` joins the service's threads and waits for callbacks already running:
+        // on the blocking pool, so no runtime thread stalls meanwhile.
+        let timers = self.shared.timers.clone();
+        if let Err(error) = tokio::task::spawn_blocking(move || timers.shutdown()).await {
+            tracing::warn!("timer service shutdown did not finish: {error}");
+        }
         Report {
             stats: self.shared.timers.stats(),
             counters: self.counters(),
@@ -365,9 +383,19 @@ impl Proxy {
     }
 
     /// Accept fails when the process is out of file descriptors: wait instead of spinning.
+    /// The pending connection stays queued, so the next `accept` fails at once too; the wait
+    /// is all that keeps this loop off the CPU. When the service refuses the sleep (a full
+    /// ring, or shut down), or drops it unrun, tokio's own timer waits instead.
     async fn back_off_after(&self, error: io::Error) {
+        self.shared
+            .counters
+            .accept_errors
+            .fetch_add(1, Ordering::Relaxed);
         tracing::warn!("accept failed: {error}");
-        let _ = self.shared.timers.sleep(Duration::from_millis(50)).await;
+        if let Err(refused) = self.shared.timers.sleep(ACCEPT_BACK_OFF).await {
+            tracing::debug!("back-off on tokio's timer: {refused}");
+            tokio::time::sleep(ACCEPT_BACK_OFF).await;
+        }
     }
 }
 
@@ -415,12 +443,14 @@ pub fn print_report(report: &Report) {
     let (stats, counters) = (&report.stats, &report.counters);
     let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "connections: accepted {}, closed idle {}, closed on request timeout {}, closed by a peer {}, failed {}",
+        "connections: accepted {}, closed idle {}, closed on request timeout {}, \
+         closed by a peer {}, failed {}, accept errors {}",
         count(&counters.accepted),
         count(&counters.closed_idle),
         count(&counters.closed_request_timeout),
         count(&counters.closed_normally),
         count(&counters.failed),
+        count(&counters.accept_errors),
     );
     println!(
         "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}, tick-thread wake-ups {}",
