@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::idle_proxy::{Limits, Proxy, Report};
+use super::idle_proxy::{Counters, Limits, Proxy, Report};
 use super::LOOPBACK;
 use wheel_shard::{Config, TimerService};
 
@@ -207,6 +207,8 @@ pub fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
 /// The example's `Proxy` on its own 2-thread runtime; stopped (and joined) on drop.
 pub struct RunningProxy {
     pub addr: SocketAddr,
+    /// The proxy's live counters.
+    pub counters: Arc<Counters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Report>>,
 }
@@ -233,15 +235,16 @@ impl RunningProxy {
                     .await
                     .expect("proxy binds");
                 let addr = proxy.local_addr().expect("local addr");
-                started.send(addr).expect("test waits");
+                started.send((addr, proxy.counters())).expect("test waits");
                 proxy.run_until(async { stopped.await.unwrap_or(()) }).await
             })
         });
-        let addr = bound
+        let (addr, counters) = bound
             .recv_timeout(Duration::from_secs(10))
             .expect("proxy started");
         RunningProxy {
             addr,
+            counters,
             stop: Some(stop),
             thread: Some(thread),
         }
