@@ -120,7 +120,9 @@ pub const DEFAULT_CLIENT_SEND_BUFFER: u32 = 8 * 1024;
 /// The proxy's timing rules, connection limit and client socket buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
+    /// Close a connection after this long without bytes moving in either direction.
     pub idle: Duration,
+    /// Close a client whose upstream has not answered this long after it sent bytes.
     pub request_timeout: Option<Duration>,
     /// Connections open at once; an accepted one beyond it is closed at once.
     pub max_connections: usize,
@@ -144,11 +146,15 @@ impl Limits {
 /// exactly one of the other counts, or is still `open`.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Every connection `accept` returned, refused ones included.
     pub accepted: AtomicU64,
     /// Closed at once: `max_connections` were open.
     pub refused: AtomicU64,
+    /// Closed by the idle timer.
     pub closed_idle: AtomicU64,
+    /// Closed by the request deadline.
     pub closed_request_timeout: AtomicU64,
+    /// Ended by the peers: both directions reached EOF.
     pub closed_normally: AtomicU64,
     /// Refused for want of a timer, or ended by an I/O error.
     pub failed: AtomicU64,
