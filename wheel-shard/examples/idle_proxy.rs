@@ -6,10 +6,15 @@
 //! ```
 //!
 //! Every connection has one idle timer in the service; each read or write in either direction
-//! pushes it back with `reschedule` (the heartbeat / idle-detection case). While the client has
+//! pushes it back with `reschedule` (the heartbeat / idle-detection case), a partial write
+//! included, so a client that reads slowly but steadily is not idle. While the client has
 //! sent bytes that upstream has not answered, a request timer runs too; upstream's next bytes
 //! cancel it. A timer that fires raises its connection's [`Alarm`] (a tokio `Notify`) and the
 //! connection's task closes both sockets. Ctrl-C prints the service's stats and exits.
+//!
+//! Nothing here blocks a runtime thread: timers are scheduled with `try_schedule` (a full
+//! ring refuses at once instead of waiting up to `saturation_timeout`), and the service's
+//! blocking `shutdown` runs on tokio's blocking pool.
 //!
 //! `tests/proxy_redis.rs` includes this file as a module and runs [`Proxy`] in-process.
 
@@ -30,10 +35,25 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use wheel_shard::{Config, ConfigError, ScheduleError, Stats, TimerId, TimerService};
 
+/// What `--help` says about hostile clients, after the options.
+const HOSTILE_CLIENTS: &str = "\
+Hostile clients:
+  Slowloris (a request sent a byte at a time, or never finished): --request-timeout closes
+    the client that long after its oldest unanswered byte, however many bytes trickle in after
+    it. Without it, only --idle applies, and a client sending a byte now and then stays open.
+  Descriptor floods: each connection holds two descriptors (client and upstream).
+    --max-connections caps open connections; one beyond it is closed at once and counted as
+    refused. Keep 2 x max-connections below the open-file limit (ulimit -n). If descriptors
+    still run out, accept backs off 50 ms per failure instead of spinning.
+  Slow readers: a write to the client that makes progress, however slowly, is activity; one
+    that makes none for --idle is closed. --client-send-buffer keeps the kernel's buffer small,
+    so a slow reader's progress shows every few KiB and it cannot pin megabytes of memory.";
+
 /// Command line.
 #[derive(Parser, Debug)]
 #[command(
-    about = "A TCP proxy that closes idle connections; its timers live in a wheel TimerService"
+    about = "A TCP proxy that closes idle connections; its timers live in a wheel TimerService",
+    after_help = HOSTILE_CLIENTS
 )]
 pub struct Args {
     /// Address to listen on; port 0 picks a free port (the address is printed at startup).
@@ -46,8 +66,20 @@ pub struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     pub idle: Duration,
     /// Close a client whose upstream has not answered this long after the client sent bytes.
+    /// Also what closes a slowloris client that never finishes its request.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub request_timeout: Option<Duration>,
+    /// Most connections open at once; one beyond it is closed at once and counted as refused.
+    /// Bounds the descriptors (two per connection) a flood of connects can take.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
+    pub max_connections: usize,
+    /// Send buffer of client sockets in bytes; 0 leaves it to the kernel's autotuning (up to
+    /// megabytes). A blocked write shows progress only as about a third of the buffer drains
+    /// (~6 KiB at the default), so a reader slower than that per --idle is closed as idle; it
+    /// also bounds the kernel memory a slow reader pins. Raise it for bulk transfers over long
+    /// round trips (a connection sends about twice this per round trip).
+    #[arg(long, default_value_t = DEFAULT_CLIENT_SEND_BUFFER)]
+    pub client_send_buffer: u32,
     /// Timer service config (TOML); `WHEEL_*` environment variables override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -68,21 +100,68 @@ pub enum StartError {
     Timers(#[from] ScheduleError),
 }
 
-/// The proxy's timing rules.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub idle: Duration,
-    pub request_timeout: Option<Duration>,
+/// A count of at least one (`--max-connections 0` would refuse everyone).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
-/// Connection counts, updated as connections end.
+/// `--max-connections` unless given.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// `--client-send-buffer` unless given. On Linux loopback a blocked writer then wakes each
+/// ~6 KiB the reader takes, and a smaller buffer wakes it no more often; autotuned, the buffer
+/// grows to megabytes and a client reading a few KiB a second shows no progress for minutes.
+pub const DEFAULT_CLIENT_SEND_BUFFER: u32 = 8 * 1024;
+
+/// The proxy's timing rules, connection limit and client socket buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Close a connection after this long without bytes moving in either direction.
+    pub idle: Duration,
+    /// Close a client whose upstream has not answered this long after it sent bytes.
+    pub request_timeout: Option<Duration>,
+    /// Connections open at once; an accepted one beyond it is closed at once.
+    pub max_connections: usize,
+    /// SO_SNDBUF of client sockets; `None` leaves it to the kernel.
+    pub client_send_buffer: Option<u32>,
+}
+
+impl Limits {
+    /// `idle`, no request deadline, and the command line's defaults for the rest.
+    pub fn new(idle: Duration) -> Limits {
+        Limits {
+            idle,
+            request_timeout: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            client_send_buffer: Some(DEFAULT_CLIENT_SEND_BUFFER),
+        }
+    }
+}
+
+/// Connection counts. `accepted` counts every connection `accept` returned; each ends up in
+/// exactly one of the other counts, or is still `open`.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Every connection `accept` returned, refused ones included.
     pub accepted: AtomicU64,
+    /// Closed at once: `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Closed by the idle timer.
     pub closed_idle: AtomicU64,
+    /// Closed by the request deadline.
     pub closed_request_timeout: AtomicU64,
+    /// Ended by the peers: both directions reached EOF.
     pub closed_normally: AtomicU64,
+    /// Refused for want of a timer, or ended by an I/O error.
     pub failed: AtomicU64,
+    /// Connections being served now (a gauge, not a count of events).
+    pub open: AtomicU64,
+    /// `accept` calls that failed (out of descriptors, say); each one backs off.
+    pub accept_errors: AtomicU64,
 }
 
 /// What [`Proxy::run_until`] hands back: the service's stats after the last connection closed.
@@ -142,9 +221,11 @@ struct ConnTimers {
 }
 
 impl ConnTimers {
+    /// Runs in the accept loop: `try_schedule`, because waiting for room in a full ring would
+    /// block a runtime thread (and every connection on it) for up to `saturation_timeout`.
     fn start(timers: &TimerService, limits: Limits) -> Result<ConnTimers, ScheduleError> {
         let alarm = Arc::new(Alarm::default());
-        let idle = timers.schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
+        let idle = timers.try_schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
         Ok(ConnTimers {
             timers: timers.clone(),
             limits,
@@ -161,7 +242,8 @@ impl ConnTimers {
     }
 
     /// The client sent bytes: start the request deadline unless one is already running (the
-    /// oldest unanswered bytes set the deadline).
+    /// oldest unanswered bytes set the deadline). Runs in the connection's task, so it never
+    /// waits for ring room: a full ring fails the connection rather than stalling the runtime.
     fn request_sent(&self) -> Result<(), ScheduleError> {
         let Some(limit) = self.limits.request_timeout else {
             return Ok(());
@@ -169,7 +251,7 @@ impl ConnTimers {
         let mut running = self.request.lock().unwrap_or_else(PoisonError::into_inner);
         if running.is_none() {
             let fire = raise_on_fire(&self.alarm, CloseReason::RequestTimeout);
-            *running = Some(self.timers.schedule(limit, fire)?);
+            *running = Some(self.timers.try_schedule(limit, fire)?);
         }
         Ok(())
     }
@@ -201,6 +283,11 @@ enum Direction {
 }
 
 /// Copies one direction until EOF (then half-closes the other side), touching the timers.
+///
+/// Every read and every write that moves bytes touches the idle timer, partial writes
+/// included: a peer that reads slowly takes a buffer a few KiB at a time, and each of those
+/// is activity. Touching only once a whole buffer is written would close a slow but steady
+/// reader as idle.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -219,8 +306,14 @@ async fn pump(
             Direction::ClientToUpstream => conn.request_sent().map_err(io::Error::other)?,
             Direction::UpstreamToClient => conn.answered(),
         }
-        to.write_all(&buf[..n]).await?;
-        conn.touch();
+        let mut written = 0;
+        while written < n {
+            match to.write(&buf[written..n]).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                wrote => written += wrote,
+            }
+            conn.touch();
+        }
     }
 }
 
@@ -249,6 +342,23 @@ async fn relay(client: TcpStream, upstream: SocketAddr, conn: &ConnTimers) -> io
     Ok(())
 }
 
+/// Counts a connection as open from the accept until its task ends, however it ends (an
+/// aborted task drops it too).
+struct OpenConnection(Arc<Counters>);
+
+impl OpenConnection {
+    fn new(counters: &Arc<Counters>) -> OpenConnection {
+        counters.open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(Arc::clone(counters))
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Everything a connection's task needs.
 struct Shared {
     timers: TimerService,
@@ -258,7 +368,7 @@ struct Shared {
 }
 
 /// One connection, from accept to close. Sockets close when `relay` is dropped.
-async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>) {
+async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>, _open: OpenConnection) {
     let counters = &shared.counters;
     let alarm = Arc::clone(&conn.alarm);
     let counter = tokio::select! {
@@ -290,6 +400,9 @@ const BACKLOG: u32 = 4096;
 /// How long the startup check waits for upstream to accept a connection.
 const UPSTREAM_CHECK: Duration = Duration::from_secs(3);
 
+/// How long the accept loop pauses after `accept` fails.
+const ACCEPT_BACK_OFF: Duration = Duration::from_millis(50);
+
 impl Proxy {
     /// Binds `listen` and checks that `upstream` accepts connections.
     pub async fn bind(
@@ -298,10 +411,11 @@ impl Proxy {
         limits: Limits,
         timers: TimerService,
     ) -> Result<Proxy, StartError> {
-        let listener = listen_on(listen).map_err(|source| StartError::Listen {
-            addr: listen,
-            source,
-        })?;
+        let listener =
+            listen_on(listen, limits.client_send_buffer).map_err(|source| StartError::Listen {
+                addr: listen,
+                source,
+            })?;
         check_upstream(&timers, upstream).await?;
         let shared = Shared {
             timers,
@@ -341,7 +455,12 @@ impl Proxy {
         }
         // Aborting drops each connection's ConnTimers, which cancels its timers.
         connections.shutdown().await;
-        self.shared.timers.shutdown();
+        // `shutdown` joins the service's threads and waits for callbacks already running:
+        // on the blocking pool, so no runtime thread stalls meanwhile.
+        let timers = self.shared.timers.clone();
+        if let Err(error) = tokio::task::spawn_blocking(move || timers.shutdown()).await {
+            tracing::warn!("timer service shutdown did not finish: {error}");
+        }
         Report {
             stats: self.shared.timers.stats(),
             counters: self.counters(),
@@ -349,13 +468,21 @@ impl Proxy {
     }
 
     /// Starts the idle timer here rather than in the connection's task, so it counts from
-    /// the accept, not from whenever a busy runtime first polls the task.
+    /// the accept, not from whenever a busy runtime first polls the task. A connection over
+    /// `max_connections` is closed (dropped) at once, before it costs an upstream descriptor.
     fn accept(&self, client: TcpStream, connections: &mut JoinSet<()>) {
         let counters = &self.shared.counters;
         counters.accepted.fetch_add(1, Ordering::Relaxed);
+        let open = counters.open.load(Ordering::Relaxed);
+        if open >= self.shared.limits.max_connections as u64 {
+            tracing::debug!("refusing a connection: {open} open, the most allowed");
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         match ConnTimers::start(&self.shared.timers, self.shared.limits) {
             Ok(conn) => {
-                connections.spawn(serve(client, conn, Arc::clone(&self.shared)));
+                let open = OpenConnection::new(counters);
+                connections.spawn(serve(client, conn, Arc::clone(&self.shared), open));
             }
             Err(error) => {
                 tracing::warn!("refusing a connection, no idle timer: {error}");
@@ -365,13 +492,23 @@ impl Proxy {
     }
 
     /// Accept fails when the process is out of file descriptors: wait instead of spinning.
+    /// The pending connection stays queued, so the next `accept` fails at once too; the wait
+    /// is all that keeps this loop off the CPU. When the service refuses the sleep (a full
+    /// ring, or shut down), or drops it unrun, tokio's own timer waits instead.
     async fn back_off_after(&self, error: io::Error) {
+        self.shared
+            .counters
+            .accept_errors
+            .fetch_add(1, Ordering::Relaxed);
         tracing::warn!("accept failed: {error}");
-        let _ = self.shared.timers.sleep(Duration::from_millis(50)).await;
+        if let Err(refused) = self.shared.timers.sleep(ACCEPT_BACK_OFF).await {
+            tracing::debug!("back-off on tokio's timer: {refused}");
+            tokio::time::sleep(ACCEPT_BACK_OFF).await;
+        }
     }
 }
 
-fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
+fn listen_on(addr: SocketAddr, send_buffer: Option<u32>) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -379,6 +516,10 @@ fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
     };
     // Lets a restarted proxy bind over TIME_WAIT sockets; a live listener still makes it fail.
     socket.set_reuseaddr(true)?;
+    // Accepted sockets inherit it (see `Args::client_send_buffer`).
+    if let Some(bytes) = send_buffer {
+        socket.set_send_buffer_size(bytes)?;
+    }
     socket.bind(addr)?;
     socket.listen(BACKLOG)
 }
@@ -415,12 +556,17 @@ pub fn print_report(report: &Report) {
     let (stats, counters) = (&report.stats, &report.counters);
     let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "connections: accepted {}, closed idle {}, closed on request timeout {}, closed by a peer {}, failed {}",
+        "connections: accepted {}, refused over max-connections {}, closed idle {}, \
+         closed on request timeout {}, closed by a peer {}, failed {}, still open {}, \
+         accept errors {}",
         count(&counters.accepted),
+        count(&counters.refused),
         count(&counters.closed_idle),
         count(&counters.closed_request_timeout),
         count(&counters.closed_normally),
         count(&counters.failed),
+        count(&counters.open),
+        count(&counters.accept_errors),
     );
     println!(
         "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}, tick-thread wake-ups {}",
@@ -438,6 +584,8 @@ async fn run(args: Args) -> Result<(), StartError> {
     let limits = Limits {
         idle: args.idle,
         request_timeout: args.request_timeout,
+        max_connections: args.max_connections,
+        client_send_buffer: Some(args.client_send_buffer).filter(|&bytes| bytes > 0),
     };
     let proxy = Proxy::bind(args.listen, args.upstream, limits, timers).await?;
     let local = proxy.local_addr().map_err(|source| StartError::Listen {

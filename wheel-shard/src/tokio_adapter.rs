@@ -1,12 +1,19 @@
 //! Futures on top of the service: [`TimerService::sleep`] and [`TimerService::timeout`].
 //!
-//! Built only on the public API (`schedule` and `cancel`): the timer's callback marks a shared
-//! [`Signal`] fired and wakes the waiting task; dropping the future cancels its timer. Nothing
-//! here needs a tokio runtime (the futures work on any executor); the module sits behind the
-//! `tokio` feature because that is where its users are.
+//! Built only on the public API (`try_schedule` and `cancel`): the timer's callback marks a
+//! shared [`Signal`] fired and wakes the waiting task; dropping the future cancels its timer.
+//! Nothing here needs a tokio runtime (the futures work on any executor); the module sits
+//! behind the `tokio` feature because that is where its users are.
+//!
+//! Nothing here blocks the calling thread. The callers are async tasks, and a runtime thread
+//! that waits inside `schedule` for room in a full ring (up to
+//! [`Config::saturation_timeout`](crate::Config::saturation_timeout)) stalls every other task
+//! on it; so the timers are scheduled with
+//! [`try_schedule`](TimerService::try_schedule), and a full ring resolves the future to
+//! [`TimerError::Refused`]`(`[`ScheduleError::Saturated`]`)` at once.
 //!
 //! When the service cannot keep a timer, the future says so instead of hanging or firing early:
-//! a refused `schedule` (shut down, `max_pending`, saturated) and a timer the service drops
+//! a refused schedule (shut down, `max_pending`, a full ring) and a timer the service drops
 //! unrun (shutdown hands back [`Unfired`](crate::Unfired) timers; dropping them drops their
 //! callbacks) both resolve the [`Sleep`] to a [`TimerError`], and a [`Timeout`] to
 //! [`Elapsed::TimerFailed`].
@@ -23,7 +30,8 @@ use crate::{ScheduleError, TimerId, TimerService};
 /// Why a [`Sleep`] ended without the service reaching its deadline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimerError {
-    /// `schedule` refused the timer.
+    /// The service refused the timer: shut down, `max_pending` reached, or a full ring
+    /// ([`ScheduleError::Saturated`], reported at once rather than waited out).
     #[error("the timer service refused the timer: {0}")]
     Refused(ScheduleError),
     /// The service dropped the timer unrun (it was shut down before the deadline).
@@ -195,8 +203,9 @@ impl<F> std::fmt::Debug for Timeout<F> {
 
 impl TimerService {
     /// A future that completes after `delay` (rounded up to the tick, never early). The timer
-    /// is scheduled now; if the service refuses it, the future resolves at its first poll to
-    /// [`TimerError::Refused`]. Use [`try_sleep`](Self::try_sleep) to see the refusal here.
+    /// is scheduled now, without blocking: if the service refuses it (a full ring included),
+    /// the future resolves at its first poll to [`TimerError::Refused`]. Use
+    /// [`try_sleep`](Self::try_sleep) to see the refusal here.
     pub fn sleep(&self, delay: Duration) -> Sleep {
         self.try_sleep(delay).unwrap_or_else(|error| Sleep {
             timers: self.clone(),
@@ -206,11 +215,13 @@ impl TimerService {
         })
     }
 
-    /// Like [`sleep`](Self::sleep), but a refused timer is an error now.
+    /// Like [`sleep`](Self::sleep), but a refused timer is an error now. Never blocks: a full
+    /// ring is [`ScheduleError::Saturated`] at once, not after `saturation_timeout`.
     pub fn try_sleep(&self, delay: Duration) -> Result<Sleep, ScheduleError> {
         let signal = Arc::new(Signal::default());
         let alarm = Alarm(Arc::clone(&signal));
-        let id = self.schedule(delay, move || alarm.ring())?;
+        // try_schedule: the caller is an async task, which must not wait for ring room.
+        let id = self.try_schedule(delay, move || alarm.ring())?;
         Ok(Sleep {
             timers: self.clone(),
             signal,
@@ -221,6 +232,8 @@ impl TimerService {
 
     /// Runs `future` with a deadline `delay` from now: its output, or [`Elapsed::Deadline`]
     /// once the deadline passed (never before). Dropping the `Timeout` cancels its timer.
+    /// Schedules like [`sleep`](Self::sleep), without blocking: a refused timer (a full ring
+    /// included) gives [`Elapsed::TimerFailed`] at the first poll.
     pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<F> {
         Timeout {
             future: Box::pin(future),

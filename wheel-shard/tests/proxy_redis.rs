@@ -120,8 +120,8 @@ fn redis_benchmark_through_the_proxy_loses_no_request() {
 
     redis.cli(&["CONFIG", "RESETSTAT"]);
     let limits = Limits {
-        idle: Duration::from_secs(10),
         request_timeout: Some(Duration::from_secs(5)),
+        ..Limits::new(Duration::from_secs(10))
     };
     let proxy = RunningProxy::start(redis.addr, limits);
     let (set, get) = benchmark(proxy.addr);
@@ -322,13 +322,7 @@ fn idle_connections_close_on_time_and_busy_ones_stay_open() {
     ensure_open_files(3 * IDLE_CONNECTIONS as u64 + 1_000);
     let redis = Redis::start();
     let idle = Duration::from_secs(1);
-    let proxy = RunningProxy::start(
-        redis.addr,
-        Limits {
-            idle,
-            request_timeout: None,
-        },
-    );
+    let proxy = RunningProxy::start(redis.addr, Limits::new(idle));
     let clients = run_idle_clients(proxy.addr, redis.addr, idle);
     let outcome = client_runtime()
         .block_on(async { tokio::time::timeout(Duration::from_secs(60), clients).await })
@@ -398,8 +392,8 @@ fn an_unanswered_request_gets_the_client_closed() {
     let redis = Redis::start();
     let deadline = Duration::from_millis(300);
     let limits = Limits {
-        idle: Duration::from_secs(30),
         request_timeout: Some(deadline),
+        ..Limits::new(Duration::from_secs(30))
     };
     let proxy = RunningProxy::start(redis.addr, limits);
     assert_eq!(redis_cli(proxy.addr, &["SET", "k", "v"]).trim(), "OK");
@@ -439,10 +433,7 @@ fn an_unanswered_request_gets_the_client_closed() {
 // ---- startup errors and arguments (no redis needed) ----
 
 fn bind_error(listen: SocketAddr, upstream: SocketAddr) -> StartError {
-    let limits = Limits {
-        idle: Duration::from_secs(1),
-        request_timeout: None,
-    };
+    let limits = Limits::new(Duration::from_secs(1));
     client_runtime().block_on(async {
         let timers = TimerService::new(Config::default()).expect("timer service");
         match Proxy::bind(listen, upstream, limits, timers).await {
@@ -520,4 +511,408 @@ fn the_config_file_sets_up_the_timer_service() {
         message.contains("bad.toml") && message.contains("tick"),
         "{message}"
     );
+}
+
+// ---- hostile clients (no redis needed) ----
+
+/// A client with a small receive buffer that asks the streamer for data and then reads it
+/// `chunk` bytes every `every` for `busy`: slow, but never stalled for long. Returns the bytes
+/// it read; an EOF or error before `busy` is over is an error.
+async fn read_slowly(
+    proxy: SocketAddr,
+    chunk: usize,
+    every: Duration,
+    busy: Duration,
+) -> io::Result<(TcpStream, usize)> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    // Small, so what the client holds unread is small and the proxy's writes block early.
+    socket.set_recv_buffer_size(4096)?;
+    let mut stream = socket.connect(proxy).await?;
+    stream.write_all(b"x").await?;
+    let start = Instant::now();
+    let mut buf = vec![0u8; chunk];
+    let mut read = 0;
+    while start.elapsed() < busy {
+        tokio::time::sleep(every).await;
+        match stream.read(&mut buf).await? {
+            0 => {
+                let at = start.elapsed();
+                return Err(io::Error::other(format!(
+                    "closed after {at:?}, having read {read} bytes"
+                )));
+            }
+            n => read += n,
+        }
+    }
+    Ok((stream, read))
+}
+
+#[test]
+fn a_slow_but_active_reader_stays_open_while_an_idle_one_closes() {
+    let _serial = serial();
+    let streamer = Streamer::start(64 << 20);
+    let idle = Duration::from_millis(1500);
+    let proxy = RunningProxy::start(streamer.addr, Limits::new(idle));
+    let counters = Arc::clone(&proxy.counters);
+    // 8 KiB/s: each 16 KiB buffer the proxy forwards takes the reader 2 s, longer than the idle
+    // timeout, while the kernel reports the proxy's partial writes every ~6 KiB (0.75 s).
+    let (chunk, every, busy) = (1024, Duration::from_millis(125), idle * 4);
+    let (slow, quiet) = client_runtime()
+        .block_on(async {
+            let body = async {
+                let idler = TcpStream::connect(proxy.addr).await?;
+                let (slow, read) = read_slowly(proxy.addr, chunk, every, busy).await?;
+                println!("the slow reader read {read} bytes in {busy:?}");
+                Ok::<_, io::Error>((slow, idler))
+            };
+            tokio::time::timeout(Duration::from_secs(30), body)
+                .await
+                .expect("the clients finish within 30 s")
+        })
+        .expect("the slow reader stays open while it reads");
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!(
+        count(&counters.closed_idle),
+        1,
+        "only the connection that never moved a byte closed idle"
+    );
+    assert_eq!(count(&counters.open), 1, "the slow reader is open");
+    // Once it stops reading, the slow reader is idle too: its writes make no progress.
+    assert!(
+        eventually(idle + Duration::from_secs(5), || count(
+            &counters.closed_idle
+        ) == 2),
+        "the slow reader, no longer reading, was not closed"
+    );
+    drop((slow, quiet));
+    let report = proxy.stop();
+    assert_eq!(count(&report.counters.failed), 0);
+}
+
+#[test]
+fn connections_over_max_connections_are_refused_and_counted() {
+    let _serial = serial();
+    let streamer = Streamer::start(0);
+    let limits = Limits {
+        max_connections: 3,
+        ..Limits::new(Duration::from_secs(30))
+    };
+    let proxy = RunningProxy::start(streamer.addr, limits);
+    let counters = Arc::clone(&proxy.counters);
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let addr = proxy.addr;
+    client_runtime().block_on(async {
+        let body = async {
+            let mut served = Vec::new();
+            for _ in 0..3 {
+                served.push(TcpStream::connect(addr).await.expect("connect"));
+            }
+            let all_open = || count(&counters.open) == 3;
+            while !all_open() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            for _ in 0..2 {
+                let mut refused = TcpStream::connect(addr).await.expect("connect");
+                assert!(
+                    closed_soon(&mut refused).await,
+                    "a fourth connection is served"
+                );
+            }
+            for open in &mut served {
+                assert!(!closed_soon(open).await, "a served connection was closed");
+            }
+            // A closed connection makes room for a new one.
+            drop(served.pop());
+            while count(&counters.open) != 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut again = TcpStream::connect(addr).await.expect("connect");
+            assert!(!closed_soon(&mut again).await, "refused with room to spare");
+            served.push(again);
+            served
+        };
+        tokio::time::timeout(Duration::from_secs(30), body)
+            .await
+            .expect("the clients finish within 30 s")
+    });
+    let report = proxy.stop();
+    let counters = &report.counters;
+    assert_eq!(count(&counters.refused), 2);
+    assert_eq!(
+        count(&counters.accepted),
+        6,
+        "refused ones are accepted first"
+    );
+    assert_eq!(count(&counters.failed), 0);
+    assert_eq!(count(&counters.open), 0, "stopping closes the rest");
+}
+
+/// True when the proxy closes `stream` within 500 ms (EOF or reset); false if it stays open.
+async fn closed_soon(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut byte)).await {
+        Err(_) => false,
+        Ok(Ok(0)) => true,
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionReset => true,
+        Ok(other) => panic!("unexpected {other:?} from the proxy"),
+    }
+}
+
+/// A one-shard service with a ring of 2 commands, which waits up to 30 s for room in it.
+fn service_with_a_small_ring() -> TimerService {
+    TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        ring_capacity: 2,
+        transfer_batch: 1,
+        saturation_timeout: Duration::from_secs(30),
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid config")
+}
+
+/// Fills the ring of a [`service_with_a_small_ring`] and keeps it full for `stall`, far less
+/// than its `saturation_timeout`: a schedule that waits for room waits the stall out, then
+/// succeeds. The tick thread stalls in a slow `Drop`, as it drops cancelled tasks itself.
+fn fill_the_ring(timers: &TimerService, stall: Duration) {
+    struct SlowDrop(Duration);
+    impl Drop for SlowDrop {
+        fn drop(&mut self) {
+            std::thread::sleep(self.0);
+        }
+    }
+    let slow = SlowDrop(stall);
+    let id = timers
+        .schedule(Duration::from_secs(60), move || drop(slow))
+        .expect("room");
+    assert!(
+        eventually(Duration::from_secs(5), || timers.stats().ring_depths == [0]
+            && timers.pending() >= 1),
+        "the timer never left the ring"
+    );
+    assert!(timers.cancel(id)); // the tick thread now sleeps `stall` inside the drop
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..2 {
+        timers
+            .try_schedule(Duration::from_secs(60), || {})
+            .expect("room in the ring");
+    }
+}
+
+#[test]
+fn a_full_ring_refuses_a_connection_at_once_instead_of_blocking_the_accept_loop() {
+    let _serial = serial();
+    let streamer = Streamer::start(0);
+    let timers = service_with_a_small_ring();
+    let idle = Limits::new(Duration::from_secs(30));
+    let proxy = RunningProxy::start_with(streamer.addr, idle, timers.clone());
+    fill_the_ring(&timers, Duration::from_secs(4));
+    let started = Instant::now();
+    let closed = client_runtime().block_on(async {
+        let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+        closed_soon(&mut client).await
+    });
+    let took = started.elapsed();
+    let report = proxy.stop();
+    assert!(
+        closed,
+        "not refused at once with the ring full (after {took:?}): the accept loop waited for room"
+    );
+    assert_eq!(report.counters.failed.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn stopping_leaves_the_runtime_free_while_the_service_shuts_down() {
+    let _serial = serial();
+    let streamer = Streamer::start(0);
+    let busy = Duration::from_millis(1500);
+    // One runtime thread: if the proxy blocked it in the service's shutdown, nothing else on
+    // the runtime would run meanwhile.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let longest_gap = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let stopped_in = runtime.block_on(async {
+        let timers = TimerService::new(Config::default()).expect("timer service");
+        let limits = Limits::new(Duration::from_secs(30));
+        let listen = SocketAddr::from((LOOPBACK, 0));
+        let proxy = Proxy::bind(listen, streamer.addr, limits, timers.clone())
+            .await
+            .expect("proxy binds");
+        // A callback that is running when the proxy stops: shutdown waits for it.
+        let (running, is_running) = std::sync::mpsc::channel();
+        timers
+            .schedule(Duration::ZERO, move || {
+                let _ = running.send(());
+                std::thread::sleep(busy);
+            })
+            .expect("scheduled");
+        is_running
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the callback runs");
+        let gap = Arc::clone(&longest_gap);
+        let heartbeat = tokio::spawn(async move {
+            let mut last = Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let mut longest = gap.lock().expect("gap");
+                *longest = (*longest).max(last.elapsed());
+                last = Instant::now();
+            }
+        });
+        // The heartbeat starts beating before the proxy stops.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        proxy.run_until(async {}).await;
+        let stopped_in = started.elapsed();
+        // Lets the heartbeat note the gap a blocked thread would have left.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        heartbeat.abort();
+        stopped_in
+    });
+    let longest_gap = *longest_gap.lock().expect("gap");
+    println!("stopped in {stopped_in:?}; the runtime's longest pause meanwhile {longest_gap:?}");
+    assert!(
+        stopped_in >= busy / 2,
+        "stopped in {stopped_in:?}: shutdown did not wait for the running callback"
+    );
+    assert!(
+        longest_gap < busy / 2,
+        "the runtime stood still for {longest_gap:?} while the service shut down"
+    );
+}
+
+/// Set in the child process of the accept-error test.
+const OUT_OF_DESCRIPTORS_CHILD: &str = "IDLE_PROXY_TEST_OUT_OF_DESCRIPTORS";
+
+/// Lowers this process's open-file limit (soft) so that the next descriptor it opens fails
+/// with EMFILE: the limit becomes the lowest free descriptor number.
+fn run_out_of_descriptors() {
+    use std::os::fd::AsRawFd;
+    let lowest_free = std::fs::File::open("/dev/null")
+        .expect("open /dev/null")
+        .as_raw_fd();
+    let pid = std::process::id().to_string();
+    let status = Command::new("prlimit")
+        .args(["--pid", &pid, &format!("--nofile={lowest_free}:")])
+        .status()
+        .expect("run prlimit");
+    assert!(status.success(), "prlimit failed: {status}");
+    assert!(
+        std::fs::File::open("/dev/null").is_err(),
+        "a descriptor could still be opened"
+    );
+}
+
+#[test]
+fn accept_errors_back_off_without_spinning_when_the_service_is_shut_down() {
+    if std::env::var_os(OUT_OF_DESCRIPTORS_CHILD).is_some() {
+        return accept_errors_out_of_descriptors();
+    }
+    // The descriptor limit is per process: lowering it here would fail the tests running
+    // alongside. A child process runs this test alone.
+    let _serial = serial();
+    let exe = std::env::current_exe().expect("the test binary");
+    let name = "accept_errors_back_off_without_spinning_when_the_service_is_shut_down";
+    let out = run_bounded(
+        Command::new(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(OUT_OF_DESCRIPTORS_CHILD, "1"),
+        Duration::from_secs(60),
+    );
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    println!("{said}");
+    assert!(out.status.success(), "the child failed: {said}");
+    assert!(
+        said.contains("accept failed"),
+        "the child never ran out: {said}"
+    );
+}
+
+/// The child's part: the proxy's accept fails (EMFILE) with a shut-down timer service, which
+/// refuses the back-off's sleep; the accept loop must still wait between attempts.
+fn accept_errors_out_of_descriptors() {
+    let streamer = Streamer::start(0);
+    let window = Duration::from_secs(1);
+    let errors = client_runtime().block_on(async {
+        let timers = TimerService::new(Config::default()).expect("timer service");
+        let listen = SocketAddr::from((LOOPBACK, 0));
+        let limits = Limits::new(Duration::from_secs(30));
+        let proxy = Proxy::bind(listen, streamer.addr, limits, timers.clone())
+            .await
+            .expect("proxy binds");
+        let addr = proxy.local_addr().expect("local addr");
+        let counters = proxy.counters();
+        timers.shutdown();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let proxy = tokio::spawn(proxy.run_until(async { stopped.await.unwrap_or(()) }));
+        // Its descriptor is taken now; connecting needs none.
+        let client = tokio::net::TcpSocket::new_v4().expect("client socket");
+        run_out_of_descriptors();
+        let _client = client.connect(addr).await.expect("connect");
+        tokio::time::sleep(window).await;
+        let errors = counters.accept_errors.load(Ordering::Relaxed);
+        let _ = stop.send(());
+        proxy.await.expect("the proxy stops");
+        errors
+    });
+    // The back-off is 50 ms: about 20 in a second. A spinning loop makes millions.
+    println!("accept failed {errors} times in {window:?}");
+    assert!(
+        errors >= 2,
+        "{errors} accept errors: the test did not run out of descriptors"
+    );
+    assert!(
+        errors <= 60,
+        "{errors} accept errors in {window:?}: the loop spins"
+    );
+}
+
+#[test]
+fn max_connections_and_the_send_buffer_have_defaults_and_zero_connections_is_refused() {
+    let base = [
+        "idle_proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:6379",
+        "--idle",
+        "30s",
+    ];
+    let args = Args::try_parse_from(base).expect("valid arguments");
+    assert_eq!(args.max_connections, idle_proxy::DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(
+        args.client_send_buffer,
+        idle_proxy::DEFAULT_CLIENT_SEND_BUFFER
+    );
+    let given = [
+        &base[..],
+        &["--max-connections", "500", "--client-send-buffer", "0"],
+    ]
+    .concat();
+    let args = Args::try_parse_from(given).expect("valid arguments");
+    assert_eq!((args.max_connections, args.client_send_buffer), (500, 0));
+    let zero = [&base[..], &["--max-connections", "0"]].concat();
+    let error = Args::try_parse_from(zero).expect_err("0 connections accepted");
+    assert!(error.to_string().contains("at least 1"), "{error}");
+}
+
+#[test]
+fn help_says_what_protects_against_hostile_clients() {
+    let help = <Args as clap::CommandFactory>::command()
+        .render_long_help()
+        .to_string();
+    for needed in [
+        "Slowloris",
+        "--request-timeout closes",
+        "Descriptor floods",
+        "--max-connections caps",
+        "ulimit -n",
+        "backs off",
+        "Slow readers",
+    ] {
+        assert!(help.contains(needed), "--help lacks {needed:?}:\n{help}");
+    }
 }

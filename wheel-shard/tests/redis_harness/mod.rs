@@ -1,14 +1,15 @@
 //! The proxy test's harness: serial runs, bounded child processes, a throwaway
 //! `redis-server`, and the example proxy running in-process.
 
-use std::io;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::io::{self, Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{mpsc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::idle_proxy::{Limits, Proxy, Report};
+use super::idle_proxy::{Counters, Limits, Proxy, Report};
 use super::LOOPBACK;
 use wheel_shard::{Config, TimerService};
 
@@ -206,12 +207,20 @@ pub fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
 /// The example's `Proxy` on its own 2-thread runtime; stopped (and joined) on drop.
 pub struct RunningProxy {
     pub addr: SocketAddr,
+    /// The proxy's live counters.
+    pub counters: Arc<Counters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Report>>,
 }
 
 impl RunningProxy {
     pub fn start(upstream: SocketAddr, limits: Limits) -> RunningProxy {
+        let timers = TimerService::new(Config::default()).expect("timer service");
+        RunningProxy::start_with(upstream, limits, timers)
+    }
+
+    /// A proxy whose timers live in `timers`.
+    pub fn start_with(upstream: SocketAddr, limits: Limits, timers: TimerService) -> RunningProxy {
         let (started, bound) = mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -221,21 +230,21 @@ impl RunningProxy {
                 .build()
                 .expect("proxy runtime");
             runtime.block_on(async move {
-                let timers = TimerService::new(Config::default()).expect("timer service");
                 let listen = SocketAddr::from((LOOPBACK, 0));
                 let proxy = Proxy::bind(listen, upstream, limits, timers)
                     .await
                     .expect("proxy binds");
                 let addr = proxy.local_addr().expect("local addr");
-                started.send(addr).expect("test waits");
+                started.send((addr, proxy.counters())).expect("test waits");
                 proxy.run_until(async { stopped.await.unwrap_or(()) }).await
             })
         });
-        let addr = bound
+        let (addr, counters) = bound
             .recv_timeout(Duration::from_secs(10))
             .expect("proxy started");
         RunningProxy {
             addr,
+            counters,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -275,4 +284,78 @@ pub fn client_runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("client runtime")
+}
+
+/// Waits until `done` holds, for at most `limit`; says whether it did.
+pub fn eventually(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let give_up = Instant::now() + limit;
+    while !done() {
+        if Instant::now() > give_up {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// An upstream that answers each connection's first byte with `bytes` bytes, written as fast
+/// as the connection takes them. Stops accepting when dropped; a connection's thread ends when
+/// its bytes are written or its peer closes.
+pub struct Streamer {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Streamer {
+    pub fn start(bytes: usize) -> Streamer {
+        let listener = StdListener::bind((LOOPBACK, 0)).expect("bind the streamer");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let addr = listener.local_addr().expect("local addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        std::thread::spawn(move || stream_to(stream, bytes));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Streamer {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+fn stream_to(mut stream: StdStream, bytes: usize) {
+    let _ = stream.set_nonblocking(false);
+    let mut request = [0u8; 1];
+    if !matches!(stream.read(&mut request), Ok(1)) {
+        return;
+    }
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        if stream.write_all(&chunk[..n]).is_err() {
+            return;
+        }
+        left -= n;
+    }
+}
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
