@@ -341,9 +341,6 @@ async fn a_full_ring_refuses_sleeps_and_timeouts_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "try_schedule returns Saturated on a full ring without waking the shard \
-            (Shard::push in src/shard.rs), so the ring stays full until the tick thread's \
-            planned wake-up; passes once push wakes the shard before refusing"]
 async fn sleeps_refused_by_a_full_ring_succeed_again_soon() {
     let timers = TimerService::new(Config {
         shards: 1,
