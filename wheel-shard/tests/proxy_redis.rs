@@ -916,3 +916,49 @@ fn help_says_what_protects_against_hostile_clients() {
         assert!(help.contains(needed), "--help lacks {needed:?}:\n{help}");
     }
 }
+
+#[test]
+fn an_idle_connection_closes_at_exactly_its_idle_timeout_in_virtual_time() {
+    let _serial = serial();
+    let streamer = Streamer::start(0);
+    let (timers, clock) = TimerService::with_manual_clock(Config {
+        shards: 2,
+        executor_threads: 2,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid config");
+    let idle = Duration::from_secs(30);
+    let proxy = RunningProxy::start_with(streamer.addr, Limits::new(idle), timers);
+    let counters = Arc::clone(&proxy.counters);
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let runtime = client_runtime();
+    let mut client = runtime
+        .block_on(TcpStream::connect(proxy.addr))
+        .expect("connect");
+    // Accepted: its idle timer runs from this virtual instant.
+    assert!(eventually(Duration::from_secs(10), || count(
+        &counters.open
+    ) == 1));
+    let real = Instant::now();
+    clock.advance(idle - Duration::from_millis(1));
+    assert!(
+        !runtime.block_on(closed_soon(&mut client)),
+        "closed before its idle timeout"
+    );
+    assert_eq!(count(&counters.closed_idle), 0);
+    clock.advance(Duration::from_millis(1));
+    assert!(
+        runtime.block_on(closed_soon(&mut client)),
+        "still open at its idle timeout"
+    );
+    assert_eq!(count(&counters.closed_idle), 1);
+    assert!(
+        real.elapsed() < Duration::from_secs(10),
+        "30 virtual seconds took {:?} of real time",
+        real.elapsed()
+    );
+    drop(client);
+    let report = proxy.stop();
+    assert_eq!(count(&report.counters.failed), 0);
+}

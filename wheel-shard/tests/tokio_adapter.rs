@@ -375,3 +375,36 @@ async fn sleeps_refused_by_a_full_ring_succeed_again_soon() {
     }
     println!("room again {:?} after the refusal", refused_at.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleep_and_timeout_follow_a_manual_clock() {
+    let (timers, clock) = TimerService::with_manual_clock(Config {
+        shards: 2,
+        executor_threads: 2,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut sleep = timers.sleep(Duration::from_secs(60));
+    let never = std::future::pending::<()>();
+    let mut timeout = Box::pin(timers.timeout(Duration::from_secs(90), never));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !poll_once(&mut sleep).await,
+        "real time moved a virtual sleep"
+    );
+    let advancing = clock.clone();
+    tokio::task::spawn_blocking(move || advancing.advance(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(poll_once(&mut sleep).await, "60 virtual seconds passed");
+    assert!(
+        poll_fn(|cx| Poll::Ready(timeout.as_mut().poll(cx).is_pending())).await,
+        "the timeout is 90 s"
+    );
+    let advancing = clock.clone();
+    tokio::task::spawn_blocking(move || advancing.advance(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(timeout.await, Err(Elapsed::Deadline));
+}
