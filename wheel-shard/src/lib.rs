@@ -68,6 +68,21 @@
 //!   re-armed, and its task is dropped when the run returns (see
 //!   [`TimerService::shutdown`]).
 //!
+//! # Virtual time
+//!
+//! [`TimerService::with_manual_clock`] builds a service whose time moves only by its
+//! [`ManualClock`]: the same tick threads and executor run the timers, and
+//! [`ManualClock::advance`] walks through every due deadline in order (the callbacks of one
+//! tick complete before those of a later tick start, across shards) and returns once every
+//! callback due by the new now has completed. Tests of timeout logic need no real sleeping.
+//!
+//! # Watching callbacks
+//!
+//! [`Stats::callback_time`] is the callbacks' run-time distribution, [`Stats::queue_delay`] how
+//! long they waited for a worker after their tick thread handed them over (a busy executor, as
+//! opposed to a late wheel), and [`Stats::slow_callbacks`] counts runs over
+//! [`Config::slow_callback`], each also logged with `tracing` (rate-limited, naming the timer).
+//!
 //! # Example
 //!
 //! ```
