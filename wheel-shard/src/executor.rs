@@ -174,34 +174,30 @@ impl Executor {
         self.injectors.iter().any(|q| !q.is_empty()) || self.stealers.iter().any(|s| !s.is_empty())
     }
 
-    pub(crate) fn fired(&self) -> u64 {
+    /// A counter summed over every worker.
+    fn sum(&self, counter: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
         self.workers
             .iter()
-            .map(|w| w.fired.load(Ordering::Relaxed))
+            .map(|w| counter(w).load(Ordering::SeqCst))
             .sum()
     }
 
+    pub(crate) fn fired(&self) -> u64 {
+        self.sum(|w| &w.fired)
+    }
+
     pub(crate) fn panicked(&self) -> u64 {
-        self.workers
-            .iter()
-            .map(|w| w.panicked.load(Ordering::Relaxed))
-            .sum()
+        self.sum(|w| &w.panicked)
     }
 
     /// Callback runs that took longer than `Config::slow_callback`.
     pub(crate) fn slow_callbacks(&self) -> u64 {
-        self.workers
-            .iter()
-            .map(|w| w.slow.load(Ordering::Relaxed))
-            .sum()
+        self.sum(|w| &w.slow)
     }
 
     /// Runs finished or skipped, over all workers.
     pub(crate) fn done(&self) -> u64 {
-        self.workers
-            .iter()
-            .map(|w| w.done.load(Ordering::SeqCst))
-            .sum()
+        self.sum(|w| &w.done)
     }
 
     /// Every worker's samples, merged.

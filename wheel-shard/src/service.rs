@@ -153,8 +153,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        let wait = self.core().config.saturation_timeout;
-        self.submit(deadline, Box::new(Once(Some(task))), wait)
+        self.submit(deadline, Box::new(Once(Some(task))), self.saturation_wait())
     }
 
     /// [`TimerService::schedule`] that never waits: when the shard's pending ring is full it
@@ -185,8 +184,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_at(deadline);
-        let wait = self.core().config.saturation_timeout;
-        self.submit(deadline, Box::new(Once(Some(task))), wait)
+        self.submit(deadline, Box::new(Once(Some(task))), self.saturation_wait())
     }
 
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
@@ -201,8 +199,13 @@ impl TimerService {
         let clock = &self.core().clock;
         let deadline = clock.deadline_after(period);
         let period = clock.period(period);
-        let wait = self.core().config.saturation_timeout;
-        self.submit(deadline, Box::new(Every { f: task, period }), wait)
+        let job = Box::new(Every { f: task, period });
+        self.submit(deadline, job, self.saturation_wait())
+    }
+
+    /// How long `schedule` waits for room in a full ring.
+    fn saturation_wait(&self) -> Duration {
+        self.core().config.saturation_timeout
     }
 
     /// Sends a new timer to a shard, waiting up to `wait` for room in its ring.
