@@ -77,6 +77,7 @@ struct WorkerStats {
     /// Runs over `Config::slow_callback`.
     slow: AtomicU64,
     /// Runs finished (or skipped), re-arm included: what a manual clock's `advance` waits for.
+    /// Counted under a manual clock only.
     done: AtomicU64,
     samples: Mutex<Samples>,
 }
@@ -93,6 +94,14 @@ pub(crate) struct Distributions {
     pub(crate) lateness: Histogram<u64>,
     pub(crate) callback_time: Histogram<u64>,
     pub(crate) queue_delay: Histogram<u64>,
+}
+
+/// What a worker keeps to itself between runs.
+struct WorkerOwn {
+    slow_log: SlowLog,
+    /// The run time of the last run, recorded with the next run's samples (one lock per run)
+    /// or before the worker sleeps.
+    last_run_took: Option<u64>,
 }
 
 /// A worker's rate limit for the slow-callback log: at most one line per second, which says
@@ -223,22 +232,40 @@ impl Executor {
     pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         core.enter_thread();
         let executor = &core.executor;
-        let mut slow_log = SlowLog {
-            last: None,
-            held_back: 0,
+        let mut own = WorkerOwn {
+            slow_log: SlowLog {
+                last: None,
+                held_back: 0,
+            },
+            last_run_took: None,
         };
+        let manual = core.clock.is_manual();
         loop {
             if let Some(run) = executor.find_task(index, &local) {
-                executor.execute(core, index, run, &mut slow_log);
-                executor.workers[index].done.fetch_add(1, Ordering::SeqCst);
-                if core.clock.is_manual() {
+                executor.execute(core, index, run, &mut own);
+                if manual {
+                    executor.workers[index].done.fetch_add(1, Ordering::SeqCst);
                     core.settle.signal();
                 }
-            } else if executor.idle.stopped() && !executor.has_work() {
-                return;
-            } else {
-                executor.sleep();
+                continue;
             }
+            executor.record_last_run(index, &mut own);
+            if executor.idle.stopped() && !executor.has_work() {
+                return;
+            }
+            executor.sleep();
+        }
+    }
+
+    /// Records the run time of the worker's last run, which its next run would otherwise
+    /// record: called before the worker sleeps, so an idle worker's stats are complete.
+    fn record_last_run(&self, index: usize, own: &mut WorkerOwn) {
+        if let Some(took) = own.last_run_took.take() {
+            let mut samples = self.workers[index]
+                .samples
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            record(&mut samples.callback_time, took);
         }
     }
 
@@ -274,7 +301,7 @@ impl Executor {
         self.idle.sleep(|| self.has_work());
     }
 
-    fn execute(&self, core: &Core, index: usize, mut run: Run, slow_log: &mut SlowLog) {
+    fn execute(&self, core: &Core, index: usize, mut run: Run, own: &mut WorkerOwn) {
         let repeat = run.repeat();
         if let Some(repeat) = repeat {
             if !core.shards[repeat.shard].start_run(repeat) {
@@ -288,13 +315,17 @@ impl Executor {
         let started = core.clock.real_nanos();
         let late = core.clock.lateness(run.deadline, started);
         {
-            // Recorded before the run, so `stats()` counts a run as soon as it has started.
+            // Recorded before the run, so `stats()` counts a run as soon as it has started; the
+            // last run's time goes in under the same lock.
             let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
             record(&mut samples.lateness, late);
             record(
                 &mut samples.queue_delay,
                 started.saturating_sub(run.handed_at),
             );
+            if let Some(took) = own.last_run_took.take() {
+                record(&mut samples.callback_time, took);
+            }
         }
         let ok = match catch_unwind(AssertUnwindSafe(|| run.job.run())) {
             Ok(()) => true,
@@ -311,17 +342,10 @@ impl Executor {
             }
         };
         let took = core.clock.real_nanos().saturating_sub(started);
-        record(
-            &mut stats
-                .samples
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .callback_time,
-            took,
-        );
+        own.last_run_took = Some(took);
         if took > self.slow_callback {
             stats.slow.fetch_add(1, Ordering::Relaxed);
-            slow_log.report(run.id, took);
+            own.slow_log.report(run.id, took);
         }
         match repeat {
             Some(repeat) => after_run(core, repeat, run.job, run.deadline, ok),

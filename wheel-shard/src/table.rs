@@ -45,13 +45,34 @@ pub(crate) struct TimerTable {
     limit: u32,
     /// Free slots, each with the generation its next timer gets.
     free: Injector<FreeSlot>,
+    /// Free slots whose generation does not fit a [`FreeSlot`] (2^36 timers went through them).
+    free_wide: Injector<(u32, u64)>,
 }
 
-/// A free slot as the queues hold it: the slot with the generation its next timer gets.
+/// A free slot as the queues hold it, in 8 bytes (as many free slots wait as the most timers
+/// ever pending): `gen << 28 | slot`. A slot is below 2^28 ([`SLOTS`]); the generation its next
+/// timer gets fits the other 36 bits until 2^36 timers (68 billion) went through that one slot,
+/// after which the slot waits in the table's wide queue instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FreeSlot {
-    slot: u32,
-    gen: u64,
+struct FreeSlot(u64);
+
+const FREE_SLOT_BITS: u32 = 28;
+
+impl FreeSlot {
+    /// `None` when `gen` is too wide to pack.
+    fn new(slot: u32, gen: u64) -> Option<FreeSlot> {
+        debug_assert!(slot < SLOTS);
+        (gen >> (64 - FREE_SLOT_BITS) == 0)
+            .then_some(FreeSlot(gen << FREE_SLOT_BITS | u64::from(slot)))
+    }
+
+    fn slot(self) -> u32 {
+        (self.0 & ((1 << FREE_SLOT_BITS) - 1)) as u32
+    }
+
+    fn gen(self) -> u64 {
+        self.0 >> FREE_SLOT_BITS
+    }
 }
 
 /// A segment of fresh cells, written whole.
@@ -92,6 +113,7 @@ impl TimerTable {
             fresh: CachePadded::new(AtomicU32::new(0)),
             limit: limit.min(SLOTS),
             free: Injector::new(),
+            free_wide: Injector::new(),
         }
     }
 
@@ -118,9 +140,13 @@ impl TimerTable {
     pub(crate) fn claim(&self) -> Result<(u32, u64), TableFull> {
         let (slot, gen) = loop {
             match self.free.steal() {
-                Steal::Success(free) => break (free.slot, free.gen),
+                Steal::Success(free) => break (free.slot(), free.gen()),
                 Steal::Retry => continue,
-                Steal::Empty => break (self.claim_fresh()?, 0),
+                Steal::Empty => match self.free_wide.steal() {
+                    Steal::Success(wide) => break wide,
+                    Steal::Retry => continue,
+                    Steal::Empty => break (self.claim_fresh()?, 0),
+                },
             }
         };
         self.segments[locate(slot).0].get_or_init(new_segment);
@@ -152,7 +178,10 @@ impl TimerTable {
     /// whose timer ended, that is the generation its retired cell moved on to; for a claim
     /// whose id never got out, the one it was claimed with.
     pub(crate) fn put_back(&self, slot: u32, gen: u64) {
-        self.free.push(FreeSlot { slot, gen });
+        match FreeSlot::new(slot, gen) {
+            Some(free) => self.free.push(free),
+            None => self.free_wide.push((slot, gen)),
+        }
     }
 
     /// Slots in the shared queue.
@@ -203,7 +232,10 @@ impl Recycler {
     /// Puts back a slot whose timer ended; its next timer gets generation `gen` (the one its
     /// retired cell moved on to).
     pub(crate) fn recycle(&mut self, table: &TimerTable, slot: u32, gen: u64) {
-        let entry = FreeSlot { slot, gen };
+        let Some(entry) = FreeSlot::new(slot, gen) else {
+            table.put_back(slot, gen);
+            return;
+        };
         if self.room > 0 {
             self.room -= 1;
             table.free.push(entry);
@@ -329,6 +361,26 @@ mod tests {
         assert!(table.cell(70_000).is_none());
         assert!(table.cell(u32::MAX).is_none());
         assert_eq!(table.high_water(), 2);
+    }
+
+    #[test]
+    fn free_slots_pack_into_8_bytes_and_wide_generations_still_come_back() {
+        assert_eq!(std::mem::size_of::<FreeSlot>(), 8);
+        let free = FreeSlot::new(SLOTS - 1, (1 << 36) - 1).unwrap();
+        assert_eq!((free.slot(), free.gen()), (SLOTS - 1, (1 << 36) - 1));
+        assert_eq!(FreeSlot::new(5, 1 << 36), None);
+
+        let table = TimerTable::new();
+        let (slot, _) = table.claim().unwrap();
+        table.put_back(slot, 1 << 40);
+        assert_eq!(
+            table.claim().unwrap(),
+            (slot, 1 << 40),
+            "from the wide queue"
+        );
+        let mut recycler = Recycler::with_target(0);
+        recycler.recycle(&table, slot, 1 << 47);
+        assert_eq!(table.claim().unwrap(), (slot, 1 << 47));
     }
 
     #[test]
