@@ -39,7 +39,10 @@ pub struct Stats {
     pub executor_queue: usize,
     /// Callback start minus deadline, over every run so far.
     pub lateness: Lateness,
-    /// How long callbacks ran, over every run so far (real time, also under a manual clock).
+    /// How long callbacks ran, over every run so far (real time, also under a manual clock):
+    /// from a run's start until its worker is ready for its next run, so a few hundred
+    /// nanoseconds of the worker's own bookkeeping are included. A run is recorded when its
+    /// worker starts the next one or runs out of work.
     pub callback_time: Lateness,
     /// Callback start minus the moment its tick thread handed it to the executor (real time):
     /// a long queue delay with a small lateness otherwise means a busy executor (slow
