@@ -68,6 +68,10 @@ impl ManualClock {
         let _turn = self.core.settle.take_turn();
         let target = clock.elapsed_nanos().saturating_add(by);
         loop {
+            if self.stopped() {
+                // No thread runs timers any more, and what tick threads last reported is stale.
+                break;
+            }
             self.settle();
             match self.next_due().map(|tick| self.tick_start(tick)) {
                 Some(start) if start <= target => clock.set_nanos(start),
@@ -83,13 +87,16 @@ impl ManualClock {
     /// an unreachable deadline (`Duration::MAX`) is not counted as pending here.
     ///
     /// Called from one of the service's own callbacks it returns `None` at once (it cannot
-    /// wait for the callback it is called from).
+    /// wait for the callback it is called from); after `shutdown` too.
     pub fn advance_to_next(&self) -> Option<Instant> {
         if self.core.is_own_thread() {
             return None;
         }
         let _turn = self.core.settle.take_turn();
         loop {
+            if self.stopped() {
+                return None;
+            }
             self.settle();
             // The tick the wheel must look at next: a deadline, or where a coarser level's
             // slot begins and its timers move down to be placed by their exact deadlines.
@@ -101,6 +108,11 @@ impl ManualClock {
                 return Some(self.core.clock.instant(tick));
             }
         }
+    }
+
+    /// Whether the service has shut down.
+    fn stopped(&self) -> bool {
+        self.core.closed.load(Ordering::SeqCst)
     }
 
     /// The earliest tick any shard's wheel has due, as the tick threads last reported.
@@ -147,7 +159,7 @@ impl ManualClock {
     /// round in which nothing was handed out and nothing is left queued.
     fn settle(&self) {
         let core = &self.core;
-        let stopped = || core.closed.load(Ordering::SeqCst);
+        let stopped = || self.stopped();
         loop {
             // No callback runs when a round opens, so only runs handed out in it can queue work.
             core.settle

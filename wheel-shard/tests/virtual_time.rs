@@ -241,8 +241,27 @@ fn advance_from_a_callback_does_not_deadlock() {
 fn advance_after_shutdown_only_moves_time() {
     let (timers, clock) = manual(1, 1);
     timers.schedule(Duration::from_secs(1), || {}).unwrap();
+    // Settled once: the tick thread has reported the 1 s deadline, which shutdown leaves stale.
+    clock.advance(Duration::ZERO);
     assert_eq!(timers.shutdown().len(), 1);
     let start = clock.now();
-    clock.advance(Duration::from_secs(5));
+    let advancing = clock.clone();
+    let done = std::thread::spawn(move || {
+        advancing.advance(Duration::from_secs(5));
+        advancing.advance_to_next()
+    });
+    let deadline = Instant::now() + common::SOON;
+    while !done.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "advance after shutdown did not return"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        done.join().unwrap(),
+        None,
+        "nothing runs timers after shutdown"
+    );
     assert_eq!(clock.now(), start + Duration::from_secs(5));
 }
