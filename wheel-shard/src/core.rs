@@ -158,6 +158,13 @@ impl Core {
         self.config.capacity.div_ceil(self.config.shards)
     }
 
+    /// Counts and logs a timer found out of step with its state cell (a bug in the service):
+    /// `what` says what was being done with it.
+    pub(crate) fn report_stray(&self, shard: usize, slot: u32, what: &str) {
+        self.strays.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(shard, slot, "a timer {what} out of step with its state");
+    }
+
     /// Marks the calling thread as one of this service's own (a tick thread or a worker).
     pub(crate) fn enter_thread(&self) {
         OWN_SERVICE.with(|own| own.set(self.tag));

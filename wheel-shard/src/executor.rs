@@ -442,12 +442,7 @@ fn after_run(core: &Core, repeat: Repeat, job: BoxedJob, deadline: u64, ok: bool
 /// its task, containing a panic in the task's `Drop`.
 fn end_repeating(core: &Core, repeat: Repeat, job: BoxedJob) {
     if core.shards[repeat.shard].close_out(repeat.slot, repeat.gen) == Ended::Stray {
-        core.strays.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(
-            shard = repeat.shard,
-            slot = repeat.slot,
-            "a repeating timer ended out of step with its state"
-        );
+        core.report_stray(repeat.shard, repeat.slot, "ended after its run");
     }
     drop_contained(
         job,

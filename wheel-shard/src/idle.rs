@@ -82,6 +82,19 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
+    /// A fresh `Idle`, its queue and `n` workers each waiting for one task (see [`worker`]).
+    fn workers(n: usize) -> (Arc<Idle>, Arc<AtomicUsize>, Vec<thread::JoinHandle<usize>>) {
+        let idle = Arc::new(Idle::new());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let handles = (0..n)
+            .map(|_| {
+                let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
+                thread::spawn(move || worker(&idle, &queued, 1))
+            })
+            .collect();
+        (idle, queued, handles)
+    }
+
     /// A worker's loop cut down to the protocol: `queued` counts the tasks in the queues. It
     /// takes at most `take` tasks, then returns how many it took once it has them or once the
     /// executor is stopped with nothing queued. A notify lost while it waits leaves it waiting
@@ -113,12 +126,8 @@ mod loom_models {
     #[test]
     fn submit_racing_sleep_wakes_the_worker() {
         loom::model(|| {
-            let idle = Arc::new(Idle::new());
-            let queued = Arc::new(AtomicUsize::new(0));
-            let sleeper = {
-                let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
-                thread::spawn(move || worker(&idle, &queued, 1))
-            };
+            let (idle, queued, mut sleepers) = workers(1);
+            let sleeper = sleepers.remove(0);
             queued.fetch_add(1, Ordering::Relaxed);
             idle.notify(1);
             assert_eq!(sleeper.join().unwrap(), 1);
@@ -130,14 +139,7 @@ mod loom_models {
     #[test]
     fn batch_wakes_two_workers() {
         crate::sync::model_bounded(3, || {
-            let idle = Arc::new(Idle::new());
-            let queued = Arc::new(AtomicUsize::new(0));
-            let sleepers: Vec<_> = (0..2)
-                .map(|_| {
-                    let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
-                    thread::spawn(move || worker(&idle, &queued, 1))
-                })
-                .collect();
+            let (idle, queued, sleepers) = workers(2);
             queued.fetch_add(2, Ordering::Relaxed);
             idle.notify(2);
             for sleeper in sleepers {
@@ -152,14 +154,7 @@ mod loom_models {
     #[test]
     fn two_submits_wake_two_workers() {
         crate::sync::model_bounded(2, || {
-            let idle = Arc::new(Idle::new());
-            let queued = Arc::new(AtomicUsize::new(0));
-            let sleepers: Vec<_> = (0..2)
-                .map(|_| {
-                    let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
-                    thread::spawn(move || worker(&idle, &queued, 1))
-                })
-                .collect();
+            let (idle, queued, sleepers) = workers(2);
             let submitter = {
                 let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
                 thread::spawn(move || {
@@ -180,14 +175,7 @@ mod loom_models {
     #[test]
     fn stop_wakes_every_sleeper() {
         crate::sync::model_bounded(3, || {
-            let idle = Arc::new(Idle::new());
-            let queued = Arc::new(AtomicUsize::new(0));
-            let sleepers: Vec<_> = (0..2)
-                .map(|_| {
-                    let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
-                    thread::spawn(move || worker(&idle, &queued, 1))
-                })
-                .collect();
+            let (idle, _, sleepers) = workers(2);
             idle.stop();
             for sleeper in sleepers {
                 assert_eq!(sleeper.join().unwrap(), 0);

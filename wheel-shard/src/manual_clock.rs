@@ -137,15 +137,10 @@ impl ManualClock {
 
     /// Runs handed to the executor and not finished yet.
     fn in_flight(&self) -> u64 {
-        let handed: u64 = self
-            .core
-            .shards
-            .iter()
-            .map(|shard| shard.handed.load(Ordering::SeqCst))
-            .sum();
-        handed.saturating_sub(self.core.executor.done())
+        self.handed().saturating_sub(self.core.executor.done())
     }
 
+    /// Runs the tick threads handed to the executor, all shards together.
     fn handed(&self) -> u64 {
         self.core
             .shards

@@ -72,6 +72,12 @@ pub(crate) fn short(gen: u64) -> u32 {
     gen as u32
 }
 
+/// A full generation whose low 32 bits are `short`, taken from the slot's `current` one (for a
+/// timer known only by its short generation, handed back as out of step with its cell).
+pub(crate) fn widen(short: u32, current: u64) -> u64 {
+    (current & !u64::from(u32::MAX)) | u64::from(short)
+}
+
 /// The generation before `gen` (of the timer that retired a slot to `gen`).
 pub(crate) fn previous_generation(gen: u64) -> u64 {
     gen.wrapping_sub(1) & GENERATION_MASK
@@ -160,7 +166,7 @@ impl TimerCell {
     }
 
     /// A fresh cell whose first timer gets generation `gen` (tests of the wrap-around).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn at_generation(gen: u64) -> Self {
         let cell = TimerCell::new();
         cell.word.store(

@@ -16,7 +16,7 @@ use crate::core::Core;
 use crate::executor::Run;
 use crate::job::{Armed, NewTimer};
 use crate::shard::{Notice, Shard, CLEANUP_TICKS, IDLE};
-use crate::state::{previous_generation, Admission, Ended, Expiry, TimerCell};
+use crate::state::{previous_generation, widen, Admission, Ended, Expiry, TimerCell};
 use crate::table::Recycler;
 use crate::timer::{TimerId, Unfired};
 
@@ -219,7 +219,9 @@ impl<'a> TickLoop<'a> {
         match admission {
             Admission::Pending(deadline) => self.insert(deadline, armed),
             Admission::Cancelled => self.end_cancelled(armed),
-            Admission::Stray => self.set_aside(deadline, armed, "arrived"),
+            Admission::Stray => {
+                self.set_aside(deadline, armed, "arrived (kept unrun until shutdown)")
+            }
         }
     }
 
@@ -317,7 +319,7 @@ impl<'a> TickLoop<'a> {
                 None
             }
             Expiry::Stray => {
-                self.set_aside(now, armed, "came due");
+                self.set_aside(now, armed, "came due (kept unrun until shutdown)");
                 None
             }
         }
@@ -340,13 +342,7 @@ impl<'a> TickLoop<'a> {
     /// someone else's timer, fire early or stop the thread, keep it unrun, count it, log it and
     /// hand it back at shutdown.
     fn set_aside(&mut self, due: u64, armed: Armed, when: &'static str) {
-        self.core.strays.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(
-            shard = self.shard.index,
-            slot = armed.slot,
-            gen = armed.gen,
-            "a timer {when} out of step with its state; it is kept unrun until shutdown"
-        );
+        self.core.report_stray(self.shard.index, armed.slot, when);
         self.set_aside.push((due, armed));
     }
 
@@ -418,12 +414,7 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, armed: Armed) -> Option<Unfi
             None
         }
         Ended::Stray => {
-            core.strays.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(
-                shard = shard.index,
-                slot = armed.slot,
-                "a timer handed back out of step with its state"
-            );
+            core.report_stray(shard.index, armed.slot, "handed back");
             Some(unfired_stray(core, shard, deadline, armed))
         }
     }
@@ -433,7 +424,7 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, armed: Armed) -> Option<Unfi
 /// slot could have given it.
 fn unfired_stray(core: &Core, shard: &Shard, due: u64, armed: Armed) -> Unfired {
     let current = shard.cell(armed.slot).map_or(0, TimerCell::generation);
-    let gen = (current & !u64::from(u32::MAX)) | u64::from(armed.gen);
+    let gen = widen(armed.gen, current);
     Unfired {
         id: TimerId::new(core.tag, shard.index, armed.slot, gen),
         deadline: core.clock.instant(due),
