@@ -115,29 +115,22 @@
 mod clock;
 mod config;
 mod contain;
-mod core;
 mod error;
 mod executor;
-mod idle;
-mod job;
-mod manual_clock;
 mod memory;
-mod ring;
+mod runtime;
 mod service;
 mod shard;
-mod state;
 mod stats;
 mod sync;
-mod table;
-mod tick;
+mod task;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_adapter;
-mod wake;
 
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
-pub use manual_clock::ManualClock;
+pub use runtime::manual_clock::ManualClock;
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};

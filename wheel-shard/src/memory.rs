@@ -1,7 +1,7 @@
 //! What a [`Config`] allocates up front, and how much of the machine that may be.
 //!
 //! `TimerService::new` writes everything it allocates (rings, and with `capacity` the timer
-//! cells and wheel places), so the memory is resident at once. Linux overcommits: asking the
+//! records and wheel places), so the memory is resident at once. Linux overcommits: asking the
 //! allocator for 20 GB on a smaller machine succeeds, and the OOM killer strikes while the pages
 //! are written. A fallible allocation cannot catch that, so the service adds up the bytes first
 //! and refuses a config that needs more than its share of the machine; fallible allocation
@@ -12,10 +12,7 @@ use std::mem::size_of;
 use wheel_core::Wheel;
 
 use crate::error::ConfigError;
-use crate::job::{Armed, NewTimer};
-use crate::ring::PendingRing;
-use crate::shard::Shard;
-use crate::table::TimerTable;
+use crate::shard::{PendingRing, Placement, Shard, TimerRef, TimerTable};
 use crate::Config;
 
 /// The share of the machine's memory the service may take up front: half. That memory is
@@ -28,7 +25,7 @@ const MACHINE_SHARE_DIVISOR: u64 = 2;
 pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
     let shards = config.shards.max(1) as u64;
     let per_shard = config.capacity.div_ceil(config.shards.max(1));
-    let wheel = |entries| Wheel::<Armed>::reserved_bytes(config.wheel_slots, entries) as u64;
+    let wheel = |entries| Wheel::<TimerRef>::reserved_bytes(config.wheel_slots, entries) as u64;
     let table = |slots| TimerTable::bytes_for(slots) as u64;
     let times = |count: u64, bytes: u64| count.saturating_mul(bytes);
     [
@@ -36,7 +33,7 @@ pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
             "ring_capacity",
             times(
                 shards,
-                PendingRing::<NewTimer>::bytes_for(config.ring_capacity) as u64,
+                PendingRing::<Placement>::bytes_for(config.ring_capacity) as u64,
             ),
         ),
         (
@@ -148,9 +145,9 @@ mod tests {
 
     #[test]
     fn capacity_costs_its_cells_and_wheel_places() {
-        let per_timer = (size_of::<crate::state::TimerCell>()
-            + size_of::<Armed>()
-            + Wheel::<Armed>::entry_footprint()) as u64;
+        let per_timer = (size_of::<crate::shard::Record>()
+            + size_of::<TimerRef>()
+            + Wheel::<TimerRef>::entry_footprint()) as u64;
         assert_eq!(part(&config(0), "capacity"), 0);
         let million = part(&config(1_000_000), "capacity");
         assert!(million >= 1_000_000 * per_timer, "{million}");
@@ -171,7 +168,7 @@ mod tests {
         };
         assert_eq!(
             part(&one, "ring_capacity"),
-            1024 * size_of::<NewTimer>() as u64 + 1024 * 8,
+            1024 * size_of::<Placement>() as u64 + 1024 * 8,
             "rounded up to a power of two; a sequence number per cell"
         );
         let many = Config { shards: 8, ..one };

@@ -8,15 +8,15 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::contain::drop_contained;
-use crate::core::Core;
 use crate::error::{ConfigError, ScheduleError};
-use crate::executor::Executor;
-use crate::job::{Armed, BoxedJob, Every, NewTimer, Once};
-use crate::manual_clock::ManualClock;
-use crate::shard::{Notice, Shard};
-use crate::state::{short, Moved, TimerCell};
+use crate::executor::Run;
+use crate::runtime::core::Core;
+use crate::runtime::manual_clock::ManualClock;
+use crate::runtime::tick::{drop_unfired, hand_back, TickLoop};
+use crate::runtime::worker;
+use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, TimerRef};
 use crate::stats::{Lateness, Stats};
-use crate::tick::{hand_back, TickLoop};
+use crate::task::Task;
 use crate::timer::{TimerId, Unfired};
 use crate::Config;
 
@@ -153,7 +153,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        self.submit(deadline, Box::new(Once(Some(task))), self.saturation_wait())
+        self.submit(deadline, Task::once(task), self.saturation_wait())
     }
 
     /// [`TimerService::schedule`] that never waits: when the shard's pending ring is full it
@@ -174,7 +174,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        self.submit(deadline, Box::new(Once(Some(task))), Duration::ZERO)
+        self.submit(deadline, Task::once(task), Duration::ZERO)
     }
 
     /// Runs `task` once at `deadline`, rounded up to the tick; a past instant fires at once.
@@ -184,7 +184,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_at(deadline);
-        self.submit(deadline, Box::new(Once(Some(task))), self.saturation_wait())
+        self.submit(deadline, Task::once(task), self.saturation_wait())
     }
 
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
@@ -199,8 +199,7 @@ impl TimerService {
         let clock = &self.core().clock;
         let deadline = clock.deadline_after(period);
         let period = clock.period(period);
-        let job = Box::new(Every { f: task, period });
-        self.submit(deadline, job, self.saturation_wait())
+        self.submit(deadline, Task::every(task, period), self.saturation_wait())
     }
 
     /// How long `schedule` waits for room in a full ring.
@@ -209,23 +208,21 @@ impl TimerService {
     }
 
     /// Sends a new timer to a shard, waiting up to `wait` for room in its ring.
-    fn submit(
-        &self,
-        deadline: u64,
-        job: BoxedJob,
-        wait: Duration,
-    ) -> Result<TimerId, ScheduleError> {
-        let result = self.try_submit(deadline, job, wait);
+    fn submit(&self, deadline: u64, task: Task, wait: Duration) -> Result<TimerId, ScheduleError> {
+        let result = self.try_submit(deadline, task, wait);
         if result.is_err() {
             self.core().rejected.fetch_add(1, Ordering::Relaxed);
         }
         result
     }
 
+    /// Claims a free record of a shard, arms it with the task, and sends its first reference
+    /// through the shard's ring. The record is written whole by this thread; the tick thread
+    /// gets only the reference.
     fn try_submit(
         &self,
         deadline: u64,
-        job: BoxedJob,
+        task: Task,
         wait: Duration,
     ) -> Result<TimerId, ScheduleError> {
         let core = self.core();
@@ -236,102 +233,108 @@ impl TimerService {
             .acquire()
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
-        let Ok((slot, gen)) = shard.table.claim() else {
-            // Every slot of the shard's table holds a live timer.
+        let Ok(slot) = shard.table.claim() else {
+            // Every record of the shard's table holds a live timer.
             core.limit.release();
             return Err(ScheduleError::Saturated);
         };
-        let timer = NewTimer {
-            repeating: job.period().is_some(),
-            armed: Armed {
-                slot,
-                gen: short(gen),
-                job,
-            },
+        let record = shard.table.record_of(slot);
+        let (gen, ticket) = record.arm(deadline, task);
+        let placement = Placement {
             deadline,
+            timer: TimerRef { slot, ticket },
         };
-        match shard.push(timer, wait) {
+        match shard.push(placement, wait) {
             Ok(()) => {
                 shard.nudge(deadline);
                 Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
             Err(error) => {
-                // No id of this generation got out: the slot goes back as it came.
-                shard.table.put_back(slot, gen);
-                core.limit.release();
-                Err(error)
+                // No id of this generation got out: the record goes back as it came.
+                if let Some(task) = record.withdraw(gen) {
+                    shard.table.release(slot);
+                    core.limit.release();
+                    drop_contained(task, "a task that was not scheduled", &core.drop_panics);
+                    return Err(error);
+                }
+                // A stale reference took it meanwhile (see `Record`): it counts as scheduled.
+                Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
         }
     }
 
     /// Stops a timer. `true` means its task will never run (again): a pending one-shot, or a
-    /// repeating timer — also with a run queued for the executor (that run is skipped) or in
-    /// progress (that run is its last). `false` means it already ran or is running, was
-    /// cancelled, or the id is unknown: handed out by another service, or its timer ended.
-    /// An unknown id changes nothing.
+    /// repeating timer — also with a run in progress (that run is its last). `false` means it
+    /// already ran or is running, was cancelled, or the id is unknown: handed out by another
+    /// service, or its timer ended. An unknown id changes nothing.
+    ///
+    /// A pending timer ends right here: its task is dropped on the calling thread (a panic in
+    /// its `Drop` is contained and counted in [`Stats::drop_panics`]) and its record is free
+    /// for the next timer at once.
     pub fn cancel(&self, id: TimerId) -> bool {
-        let Some((shard, cell)) = self.locate(id) else {
+        let Some((shard, record)) = self.locate(id) else {
             return false;
         };
-        if !cell.cancel(id.gen()) {
-            return false;
+        let core = self.core();
+        match record.cancel(id.gen()) {
+            Cancelled::No => return false,
+            Cancelled::Now(task) => {
+                shard.table.release(id.slot());
+                drop_contained(task, "a cancelled task", &core.drop_panics);
+            }
+            Cancelled::DuringRun => {}
         }
-        self.core().limit.release();
-        shard.notify_cleanup(Notice::Touch {
-            slot: id.slot(),
-            gen: short(id.gen()),
-        });
+        core.limit.release();
+        shard.cancelled.fetch_add(1, Ordering::Relaxed);
+        shard.notify_cleanup();
         true
     }
 
     /// Moves a pending timer's deadline to `delay` from now, earlier or later (for a repeating
-    /// timer: its next run). `false` when it already fired, is running or queued to run, was
-    /// cancelled, or the id is unknown (another service's, or its timer ended); then nothing
-    /// changes. Postponing costs no wake-up: the shard finds the new deadline when the
+    /// timer: its next run). `false` when it already fired, is running, was cancelled, or the
+    /// id is unknown (another service's, or its timer ended); then nothing changes. Postponing
+    /// costs no wake-up and no message: the timer's reference finds the new deadline when the
     /// old one comes.
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
-        let Some((shard, cell)) = self.locate(id) else {
+        let Some((shard, record)) = self.locate(id) else {
             return false;
         };
         let deadline = self.core().clock.deadline_after(delay);
-        match cell.reschedule(id.gen(), deadline) {
+        match record.reschedule(id.gen(), deadline) {
             None => false,
-            Some(Moved::From(old)) => {
-                if deadline < old {
-                    let notice = Notice::Touch {
-                        slot: id.slot(),
-                        gen: short(id.gen()),
-                    };
-                    shard.notify(notice, deadline);
-                }
-                true
-            }
-            Some(Moved::BeforeArrival) => {
-                // The tick thread takes the new deadline when the timer arrives; it only needs
-                // waking if that is sooner than it planned.
-                shard.nudge(deadline);
+            Some(Moved::Later) => true,
+            Some(Moved::Earlier(ticket)) => {
+                let timer = TimerRef {
+                    slot: id.slot(),
+                    ticket,
+                };
+                shard.notify(Notice::Place(Placement { deadline, timer }), deadline);
                 true
             }
         }
     }
 
-    /// The shard and the state cell an id names, if this service handed it out.
-    fn locate(&self, id: TimerId) -> Option<(&Shard, &TimerCell)> {
+    /// The shard and the record an id names, if this service handed it out.
+    fn locate(&self, id: TimerId) -> Option<(&Shard, &Record)> {
         if id.service() != self.core().tag {
             return None;
         }
         let shard = self.core().shards.get(id.shard())?;
-        Some((shard, shard.table.cell(id.slot())?))
+        Some((shard, shard.table.record(id.slot())?))
     }
 
-    /// Timers scheduled and not yet fired, cancelled or handed back. Counted by the tick
-    /// threads, so a cancel shows up within about a tick.
+    /// Timers scheduled and not yet fired (a repeating one: not yet ended), cancelled or
+    /// handed back.
     pub fn pending(&self) -> usize {
-        self.core()
+        let core = self.core();
+        let scheduled: u64 = core.shards.iter().map(|s| s.ring.pushed()).sum();
+        let cancelled: u64 = core
             .shards
             .iter()
-            .map(|s| s.ring.len() + s.in_wheel.load(Ordering::Relaxed))
-            .sum()
+            .map(|s| s.cancelled.load(Ordering::Relaxed))
+            .sum();
+        let ended = core.executor.ended() + core.handed_back.load(Ordering::Relaxed);
+        scheduled.saturating_sub(cancelled + ended) as usize
     }
 
     /// A snapshot of the counters and the lateness distribution.
@@ -433,12 +436,12 @@ impl Handle {
         for worker in threads.workers {
             join_unless_current(worker);
         }
-        // Repeating timers whose run ended after their tick thread stopped come back here.
+        // References placed after their tick thread stopped (a repeating timer re-armed, a
+        // postponed one found by a worker, one moved earlier) come back here.
         for shard in core.shards.iter() {
             while let Some(notice) = shard.notices.steal().success() {
-                if let Notice::Rearm(armed) = notice {
-                    unfired.extend(hand_back(core, shard, armed));
-                }
+                let Notice::Place(placement) = notice;
+                unfired.extend(hand_back(core, shard, placement.timer));
             }
         }
         core.collected.store(true, Ordering::SeqCst);
@@ -463,8 +466,8 @@ fn join_unless_current<T>(handle: JoinHandle<T>) -> Option<T> {
 
 fn spawn_threads(
     core: &Arc<Core>,
-    locals: Vec<crossbeam_deque::Worker<crate::executor::Run>>,
-    wheels: Vec<wheel_core::Wheel<Armed>>,
+    locals: Vec<crossbeam_deque::Worker<Run>>,
+    wheels: Vec<wheel_core::Wheel<TimerRef>>,
     threads: &mut Threads,
 ) -> std::io::Result<()> {
     let cores = if core.config.pin_threads {
@@ -495,9 +498,7 @@ fn spawn_threads(
                 if thread_core.collected.load(Ordering::SeqCst) {
                     // The shutdown ran on this thread (from a task's drop) and returned before
                     // this loop ended: nobody takes these any more.
-                    for timer in unfired {
-                        drop_contained(timer, "an unfired task", &thread_core.drop_panics);
-                    }
+                    drop_unfired(&thread_core, unfired);
                     return Vec::new();
                 }
                 unfired
@@ -509,7 +510,7 @@ fn spawn_threads(
         let thread_core = Arc::clone(core);
         let handle = thread::Builder::new()
             .name(format!("wheel-exec-{index}"))
-            .spawn(move || Executor::work(&thread_core, index, local))?;
+            .spawn(move || worker::work(&thread_core, index, local))?;
         threads.workers.push(handle);
     }
     Ok(())

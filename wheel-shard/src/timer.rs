@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::job::BoxedJob;
+use crate::task::Task;
 
 /// Names one scheduled timer: the service that scheduled it, its shard, its slot in that
 /// shard's table, and the slot's generation when it was scheduled. 16 bytes, `Copy`.
@@ -24,7 +24,7 @@ pub struct TimerId {
     shard_gen: u64,
 }
 
-const GEN_BITS: u32 = crate::state::GENERATION_BITS;
+const GEN_BITS: u32 = crate::shard::GENERATION_BITS;
 
 impl TimerId {
     pub(crate) fn new(service: u32, shard: usize, slot: u32, gen: u64) -> Self {
@@ -74,13 +74,13 @@ pub struct Unfired {
     pub id: TimerId,
     /// When it was due (a deadline beyond what `Instant` can show is pinned a century out).
     pub deadline: Instant,
-    pub(crate) job: BoxedJob,
+    pub(crate) task: Task,
 }
 
 impl Unfired {
     /// Runs the callback now, on this thread (a repeating timer runs once).
-    pub fn run(mut self) {
-        self.job.run();
+    pub fn run(self) {
+        self.task.run();
     }
 }
 

@@ -163,7 +163,7 @@ fn rings_over_the_machines_memory_are_refused_not_aborted() {
         ..Config::default()
     };
     config.validate().unwrap();
-    assert!(config.memory_estimate() > 3 << 40, "48 bytes a command");
+    assert!(config.memory_estimate() > 1 << 40, "24 bytes a command");
     let Some(error) = refusal(config) else { return };
     assert_eq!(error.field(), Some("ring_capacity"), "{error}");
     assert!(matches!(error, ConfigError::TooLarge { .. }), "{error:?}");

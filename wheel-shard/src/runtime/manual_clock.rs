@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::Core;
+use crate::runtime::core::Core;
 use crate::shard::IDLE;
 
 /// The virtual clock of a service built with
@@ -101,10 +101,10 @@ impl ManualClock {
             // The tick the wheel must look at next: a deadline, or where a coarser level's
             // slot begins and its timers move down to be placed by their exact deadlines.
             let tick = self.next_due()?;
-            let handed = self.handed();
+            let fired = self.core.executor.fired();
             self.core.clock.set_nanos(self.tick_start(tick));
             self.settle();
-            if self.handed() != handed {
+            if self.core.executor.fired() != fired {
                 return Some(self.core.clock.instant(tick));
             }
         }

@@ -2,17 +2,16 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::executor::Executor;
+use crate::executor::{Executor, Run};
 use crate::memory;
-use crate::ring::PendingRing;
-use crate::shard::Shard;
+use crate::shard::{PendingRing, Shard};
 use crate::Config;
 
 pub(crate) struct Core {
@@ -28,9 +27,11 @@ pub(crate) struct Core {
     pub(crate) collected: AtomicBool,
     /// Panics from dropping user code that the service contained (`Stats::drop_panics`).
     pub(crate) drop_panics: AtomicU64,
-    /// Wheel entries found out of step with their timer's state (`Stats::strays`).
+    /// References found out of step with their timer's record (`Stats::strays`).
     pub(crate) strays: AtomicU64,
-    pub(crate) limit: Arc<PendingLimit>,
+    /// Timers handed back by `shutdown`.
+    pub(crate) handed_back: AtomicU64,
+    pub(crate) limit: PendingLimit,
     pub(crate) rejected: AtomicU64,
     /// How a manual clock's `advance` learns that the service has caught up with virtual time.
     pub(crate) settle: Settle,
@@ -119,13 +120,13 @@ impl Core {
     pub(crate) fn new(
         config: Config,
         clock: Clock,
-    ) -> Result<(Core, Vec<crossbeam_deque::Worker<crate::executor::Run>>), ConfigError> {
-        let limit = Arc::new(PendingLimit::new(config.max_pending));
+    ) -> Result<(Core, Vec<crossbeam_deque::Worker<Run>>), ConfigError> {
+        let limit = PendingLimit::new(config.max_pending);
         let shards = (0..config.shards)
             .map(|i| {
                 let ring = PendingRing::try_new(config.ring_capacity)
                     .map_err(|_| memory::refused(&config, "ring_capacity"))?;
-                Ok(Shard::new(i, ring, Arc::clone(&limit)))
+                Ok(Shard::new(i, ring))
             })
             .collect::<Result<_, ConfigError>>()?;
         let (executor, locals) =
@@ -135,6 +136,7 @@ impl Core {
             collected: AtomicBool::new(false),
             drop_panics: AtomicU64::new(0),
             strays: AtomicU64::new(0),
+            handed_back: AtomicU64::new(0),
             clock,
             settle: Settle::default(),
             shards,
@@ -158,7 +160,7 @@ impl Core {
         self.config.capacity.div_ceil(self.config.shards)
     }
 
-    /// Counts and logs a timer found out of step with its state cell (a bug in the service):
+    /// Counts and logs a timer found out of step with its record (a bug in the service):
     /// `what` says what was being done with it.
     pub(crate) fn report_stray(&self, shard: usize, slot: u32, what: &str) {
         self.strays.fetch_add(1, Ordering::Relaxed);

@@ -1,10 +1,12 @@
 //! [`Shard`]: the part of a shard that every thread shares — its pending ring, its notice
-//! queue, its timer table and the protocol that wakes its tick thread.
+//! queue, its table of timer records and the protocol that wakes its tick thread.
 //!
-//! Producers put new timers in the bounded ring. `cancel`, an earlier `reschedule` and workers
-//! re-arming repeating timers leave a [`Notice`] in an unbounded queue instead: those calls have
-//! already decided their outcome on the timer's state word, so they must not fail on a full ring,
-//! and their number is bounded by the timers that exist.
+//! Producers put new timers' references in the bounded ring. An earlier `reschedule`, a worker
+//! that found a timer postponed and a worker re-arming a repeating timer leave a [`Notice`] in an
+//! unbounded queue instead: those calls have already decided their outcome on the timer's
+//! record, so they must not fail on a full ring, and their number is bounded by the timers that
+//! exist. A `cancel` leaves nothing: it ends the timer on its record, and the reference left in
+//! the wheel is stale; it only counts (`cancelled`), so the tick thread knows when to compact.
 //!
 //! The tick thread publishes the tick it plans to wake at (`wake_at`) before it sleeps, then
 //! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
@@ -12,37 +14,52 @@
 //! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
 //! [`TickWaker`] holds that handshake, and its loom models check it.
 
+mod record;
+mod ring;
+mod table;
+mod wake;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::Injector;
 use crossbeam_utils::CachePadded;
 
-use crate::core::PendingLimit;
 use crate::error::ScheduleError;
-use crate::executor::Repeat;
-use crate::job::{Armed, NewTimer};
-use crate::ring::{PendingRing, PushError};
-use crate::state::{Ended, TimerCell};
-use crate::table::TimerTable;
-use crate::wake::TickWaker;
-pub(crate) use crate::wake::{CLEANUP_TICKS, IDLE};
+pub(crate) use record::{Cancelled, Claim, Moved, Record, GENERATION_BITS};
+pub(crate) use ring::{PendingRing, PushError};
+pub(crate) use table::TimerTable;
+use wake::TickWaker;
+pub(crate) use wake::{CLEANUP_TICKS, IDLE};
+
+/// A reference to a timer, as rings, notices and the wheel carry it: its record's slot and
+/// the ticket of the reference (see `Record`). The deadline travels beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TimerRef {
+    pub(crate) slot: u32,
+    pub(crate) ticket: u32,
+}
+
+/// A new reference on its way to the tick thread: 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) deadline: u64,
+    pub(crate) timer: TimerRef,
+}
 
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {
-    /// Timer `(slot, gen)` was cancelled or moved earlier: look at its state word.
-    Touch { slot: u32, gen: u32 },
-    /// A repeating timer finished a run and is due again.
-    Rearm(Armed),
+    /// Place a new reference: a timer moved earlier, found postponed when its old deadline
+    /// came, or re-armed after a run.
+    Place(Placement),
 }
 
 pub(crate) struct Shard {
     pub(crate) index: usize,
-    pub(crate) ring: PendingRing<NewTimer>,
+    pub(crate) ring: PendingRing<Placement>,
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
-    pub(crate) limit: Arc<PendingLimit>,
     waker: TickWaker,
     /// Producers waiting for room in a full ring.
     waiters: CachePadded<AtomicUsize>,
@@ -50,8 +67,9 @@ pub(crate) struct Shard {
     room: Condvar,
     pub(crate) stop: AtomicBool,
     pub(crate) wakeups: AtomicU64,
-    pub(crate) cancelled: AtomicU64,
-    /// Timers in the wheel, as the tick thread last published.
+    /// Timers ended by `cancel`.
+    pub(crate) cancelled: CachePadded<AtomicU64>,
+    /// References in the wheel, stale ones included, as the tick thread last published.
     pub(crate) in_wheel: AtomicUsize,
     /// Runs the tick thread handed to the executor.
     pub(crate) handed: AtomicU64,
@@ -63,20 +81,19 @@ pub(crate) struct Shard {
 
 impl Shard {
     /// Shard `index`, with its `ring` made by the caller (a fallible allocation).
-    pub(crate) fn new(index: usize, ring: PendingRing<NewTimer>, limit: Arc<PendingLimit>) -> Self {
+    pub(crate) fn new(index: usize, ring: PendingRing<Placement>) -> Self {
         Shard {
             index,
             ring,
             notices: Injector::new(),
             table: TimerTable::new(),
-            limit,
             waker: TickWaker::new(),
             waiters: CachePadded::new(AtomicUsize::new(0)),
             room_lock: Mutex::new(()),
             room: Condvar::new(),
             stop: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
+            cancelled: CachePadded::new(AtomicU64::new(0)),
             in_wheel: AtomicUsize::new(0),
             handed: AtomicU64::new(0),
             settled_round: AtomicU64::new(0),
@@ -93,7 +110,7 @@ impl Shard {
     /// Waiting producers sleep on a condition variable that the tick thread signals as it makes
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
     /// instead of taking the freed cells first, so no producer starves under a burst.
-    pub(crate) fn push(&self, timer: NewTimer, timeout: Duration) -> Result<(), ScheduleError> {
+    pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         if timeout.is_zero() {
             return match self.ring.try_push(timer) {
                 Ok(()) => Ok(()),
@@ -120,7 +137,7 @@ impl Shard {
         result
     }
 
-    fn push_waiting(&self, mut timer: NewTimer, give_up: Instant) -> Result<(), ScheduleError> {
+    fn push_waiting(&self, mut timer: Placement, give_up: Instant) -> Result<(), ScheduleError> {
         let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             timer = match self.ring.try_push(timer) {
@@ -159,8 +176,7 @@ impl Shard {
 
     /// Tells the tick thread about a cancel: it should free the entry within about a tick, so
     /// it is woken only when it went to sleep for longer than that. Reads no clock.
-    pub(crate) fn notify_cleanup(&self, notice: Notice) {
-        self.notices.push(notice);
+    pub(crate) fn notify_cleanup(&self) {
         self.waker.notify_cleanup();
     }
 
@@ -194,45 +210,5 @@ impl Shard {
     /// tick `tick` at most, `timeout()` from now.
     pub(crate) fn park(&self, tick: u64, timeout: impl FnOnce() -> Duration) {
         self.waker.park(tick, timeout);
-    }
-
-    /// The cell of `slot`, which a timer of this shard holds.
-    pub(crate) fn cell(&self, slot: u32) -> Option<&TimerCell> {
-        self.table.cell(slot)
-    }
-
-    /// Retires a slot whose timer was cancelled, counting it, and returns the generation its
-    /// next timer gets (the caller puts the slot back on a free list). Its place under
-    /// `max_pending` came free when `cancel` returned `true`.
-    pub(crate) fn retire_cancelled(&self, cell: &TimerCell) -> u64 {
-        self.cancelled.fetch_add(1, Ordering::Relaxed);
-        cell.retire()
-    }
-
-    /// A worker is about to run a repeating timer's queued run: `false` when it was cancelled
-    /// while queued, and the run is skipped.
-    pub(crate) fn start_run(&self, repeat: Repeat) -> bool {
-        self.cell(repeat.slot)
-            .is_some_and(|cell| cell.start_run(repeat.gen))
-    }
-
-    /// Ends timer `(slot, gen)` outside the wheel: retires its slot and frees it, counting the
-    /// timer as cancelled if it was, or giving back its `max_pending` place if it was live. A
-    /// cell that belongs to another timer is left alone ([`Ended::Stray`]).
-    pub(crate) fn close_out(&self, slot: u32, gen: u32) -> Ended {
-        let Some(cell) = self.cell(slot) else {
-            return Ended::Stray;
-        };
-        let ended = cell.hand_back(gen);
-        match ended {
-            Ended::Live(_) => self.limit.release(),
-            Ended::Cancelled => {
-                self.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-            Ended::Stray => return ended,
-        }
-        // Retired by this thread just now and on no free list yet: nobody else writes it.
-        self.table.put_back(slot, cell.generation());
-        ended
     }
 }

@@ -1,0 +1,228 @@
+//! [`Executor`]: the worker threads that run expired callbacks, so no callback ever runs on a
+//! tick thread and a slow one holds up only the worker running it.
+//!
+//! Each shard's tick thread pushes into its own injector (one producer each, no contention
+//! between shards). Idle workers take batches from the injectors and steal from each other's
+//! deques (crossbeam-deque), so work spreads to whoever is free. A worker with nothing to do
+//! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
+
+mod idle;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+
+use crate::shard::TimerRef;
+use crate::stats::{new_histogram, MAX_TRACKED_NANOS};
+use idle::Idle;
+
+/// A reference the wheel handed out, on its way to a worker, which decides on the timer's
+/// record whether it fires (see `Record::claim`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run {
+    pub(crate) shard: u32,
+    pub(crate) timer: TimerRef,
+    /// The wheel's tick when it handed the reference out: a tick that has begun, so a timer
+    /// due by then is never early.
+    pub(crate) now: u64,
+    /// When the tick thread handed it over, in real nanoseconds (`Clock::real_nanos`).
+    pub(crate) handed_at: u64,
+}
+
+/// Per-worker counters and samples, merged on request by `stats()`.
+pub(crate) struct WorkerStats {
+    pub(crate) fired: AtomicU64,
+    pub(crate) panicked: AtomicU64,
+    /// Runs over `Config::slow_callback`.
+    pub(crate) slow: AtomicU64,
+    /// Timers this worker ended (retired their records) other than by a `cancel`.
+    pub(crate) ended: AtomicU64,
+    /// References found postponed and sent back to the wheel.
+    pub(crate) deferred: AtomicU64,
+    /// References taken (fired, deferred or stale), re-arm included: what a manual clock's
+    /// `advance` waits for. Counted under a manual clock only.
+    pub(crate) done: AtomicU64,
+    pub(crate) samples: Mutex<Samples>,
+}
+
+/// One worker's distributions.
+pub(crate) struct Samples {
+    pub(crate) lateness: Histogram<u64>,
+    pub(crate) callback_time: Histogram<u64>,
+    pub(crate) queue_delay: Histogram<u64>,
+}
+
+/// The merged distributions of every worker (see `Stats`).
+pub(crate) struct Distributions {
+    pub(crate) lateness: Histogram<u64>,
+    pub(crate) callback_time: Histogram<u64>,
+    pub(crate) queue_delay: Histogram<u64>,
+}
+
+pub(crate) struct Executor {
+    injectors: Box<[Injector<Run>]>,
+    stealers: Box<[Stealer<Run>]>,
+    pub(crate) workers: Box<[CachePadded<WorkerStats>]>,
+    idle: Idle,
+    /// `Config::slow_callback` in nanoseconds.
+    pub(crate) slow_callback: u64,
+}
+
+impl Executor {
+    /// The executor for `shards` tick threads and `threads` workers, and the workers' own deques
+    /// (one for each worker thread to take).
+    /// Callbacks running longer than `slow_callback` are counted and logged.
+    pub(crate) fn new(
+        shards: usize,
+        threads: usize,
+        slow_callback: Duration,
+    ) -> (Executor, Vec<Worker<Run>>) {
+        let locals: Vec<Worker<Run>> = (0..threads).map(|_| Worker::new_fifo()).collect();
+        let executor = Executor {
+            injectors: (0..shards).map(|_| Injector::new()).collect(),
+            stealers: locals.iter().map(Worker::stealer).collect(),
+            workers: (0..threads)
+                .map(|_| {
+                    CachePadded::new(WorkerStats {
+                        fired: AtomicU64::new(0),
+                        panicked: AtomicU64::new(0),
+                        slow: AtomicU64::new(0),
+                        ended: AtomicU64::new(0),
+                        deferred: AtomicU64::new(0),
+                        done: AtomicU64::new(0),
+                        samples: Mutex::new(Samples {
+                            lateness: new_histogram(),
+                            callback_time: new_histogram(),
+                            queue_delay: new_histogram(),
+                        }),
+                    })
+                })
+                .collect(),
+            idle: Idle::new(),
+            slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
+        };
+        (executor, locals)
+    }
+
+    /// Queues an expired task from shard `shard`'s tick thread. Call [`Executor::notify`] after
+    /// a batch.
+    pub(crate) fn submit(&self, shard: usize, run: Run) {
+        self.injectors[shard].push(run);
+    }
+
+    /// Wakes up to `handed` sleeping workers for tasks just submitted.
+    pub(crate) fn notify(&self, handed: usize) {
+        self.idle.notify(handed);
+    }
+
+    /// Whether workers should exit once the queues are empty.
+    pub(crate) fn stopped(&self) -> bool {
+        self.idle.stopped()
+    }
+
+    /// Lets workers exit once the queues are empty.
+    pub(crate) fn stop(&self) {
+        self.idle.stop();
+    }
+
+    /// Tasks queued and not yet started.
+    pub(crate) fn queued(&self) -> usize {
+        self.injectors.iter().map(Injector::len).sum::<usize>()
+            + self.stealers.iter().map(Stealer::len).sum::<usize>()
+    }
+
+    pub(crate) fn has_work(&self) -> bool {
+        self.injectors.iter().any(|q| !q.is_empty()) || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// A counter summed over every worker.
+    fn sum(&self, counter: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| counter(w).load(Ordering::SeqCst))
+            .sum()
+    }
+
+    pub(crate) fn fired(&self) -> u64 {
+        self.sum(|w| &w.fired)
+    }
+
+    pub(crate) fn panicked(&self) -> u64 {
+        self.sum(|w| &w.panicked)
+    }
+
+    /// Callback runs that took longer than `Config::slow_callback`.
+    pub(crate) fn slow_callbacks(&self) -> u64 {
+        self.sum(|w| &w.slow)
+    }
+
+    /// References taken, over all workers (manual clock only).
+    pub(crate) fn done(&self) -> u64 {
+        self.sum(|w| &w.done)
+    }
+
+    /// Timers workers ended other than by a `cancel`.
+    pub(crate) fn ended(&self) -> u64 {
+        self.sum(|w| &w.ended)
+    }
+
+    /// Every worker's samples, merged.
+    pub(crate) fn distributions(&self) -> Distributions {
+        let mut merged = Distributions {
+            lateness: new_histogram(),
+            callback_time: new_histogram(),
+            queue_delay: new_histogram(),
+        };
+        for worker in self.workers.iter() {
+            let samples = worker.samples.lock().unwrap_or_else(|e| e.into_inner());
+            let add = |into: &mut Histogram<u64>, from: &Histogram<u64>| {
+                into.add(from).expect("histograms share bounds");
+            };
+            add(&mut merged.lateness, &samples.lateness);
+            add(&mut merged.callback_time, &samples.callback_time);
+            add(&mut merged.queue_delay, &samples.queue_delay);
+        }
+        merged
+    }
+
+    pub(crate) fn find_task(&self, index: usize, local: &Worker<Run>) -> Option<Run> {
+        if let Some(run) = local.pop() {
+            return Some(run);
+        }
+        let injectors = self.injectors.len();
+        let stealers = self.stealers.len();
+        loop {
+            let mut retry = false;
+            for i in 0..injectors {
+                match self.injectors[(index + i) % injectors].steal_batch_and_pop(local) {
+                    Steal::Success(run) => return Some(run),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            for i in 1..stealers {
+                match self.stealers[(index + i) % stealers].steal_batch_and_pop(local) {
+                    Steal::Success(run) => return Some(run),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    pub(crate) fn sleep(&self) {
+        self.idle.sleep(|| self.has_work());
+    }
+}
+
+/// Records `nanos` in `histogram`, clamped to what it tracks.
+pub(crate) fn record(histogram: &mut Histogram<u64>, nanos: u64) {
+    histogram.saturating_record(nanos.clamp(1, MAX_TRACKED_NANOS));
+}

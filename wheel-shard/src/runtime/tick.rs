@@ -1,0 +1,276 @@
+//! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
+//!
+//! Each pass: move a chunk of new references from the ring into the wheel, place every notice's
+//! reference, hand due references to the executor, then sleep until the wheel's next due slot —
+//! or not at all while the ring still has work, or forever while the wheel is empty. Chunks are
+//! small, so a flood of new timers delays an expiry by a fraction of a millisecond; over one
+//! tick at most `transfer_batch` references move (Netty's rule), after which the ring waits for
+//! the next tick.
+//!
+//! The tick thread never runs a callback and never reads a timer's record while the service
+//! runs: what it needs to place a timer (deadline, slot, ticket) comes with the reference, and
+//! whether a due reference still names a live timer is the worker's question (`Record::claim`).
+//! Only at shutdown does it read records, to hand back the timers still pending.
+
+use std::sync::atomic::Ordering;
+
+use wheel_core::Wheel;
+
+use crate::contain::drop_contained;
+use crate::executor::Run;
+use crate::runtime::core::Core;
+use crate::shard::{Notice, Placement, Shard, TimerRef, CLEANUP_TICKS, IDLE};
+use crate::timer::{TimerId, Unfired};
+
+/// Due references handed out per pass of the loop (each pass also drains the ring).
+const EXPIRE_BATCH: usize = 8192;
+
+/// How often a transfer lets producers waiting for room in.
+const ROOM_SIGNAL_EVERY: usize = 1024;
+
+/// Ring commands moved between two looks for due timers (a few hundred microseconds of work).
+const TRANSFER_CHUNK: usize = 4096;
+
+/// Due references handed out between two reads of the real clock (for `Stats::queue_delay`).
+const HAND_OUT_BATCH: usize = 64;
+
+pub(crate) struct TickLoop<'a> {
+    core: &'a Core,
+    shard: &'a Shard,
+    wheel: Wheel<TimerRef>,
+    /// `Config::transfer_batch`: the most commands moved during one tick.
+    batch: usize,
+    /// The tick the transfer budget is counted for, and what is left of it.
+    budget_tick: u64,
+    budget_left: usize,
+    /// `Shard::cancelled` as of the last pass: cancels since leave stale references behind.
+    seen_cancels: u64,
+}
+
+impl<'a> TickLoop<'a> {
+    /// The loop of shard `shard`, owning `wheel` (see [`TickLoop::wheel`]).
+    pub(crate) fn new(core: &'a Core, shard: usize, wheel: Wheel<TimerRef>) -> Self {
+        TickLoop {
+            core,
+            shard: &core.shards[shard],
+            wheel,
+            batch: transfer_budget(core),
+            budget_tick: 0,
+            budget_left: transfer_budget(core),
+            seen_cancels: 0,
+        }
+    }
+
+    /// A shard's empty wheel, with room for its share of `Config::capacity` already made
+    /// (built by the thread that starts the service, so `TimerService::new` returns with the
+    /// memory in place). The room is allocated fallibly: a refusal is an error naming
+    /// `capacity`, never an abort.
+    pub(crate) fn wheel(core: &Core) -> Result<Wheel<TimerRef>, crate::ConfigError> {
+        let mut wheel = Wheel::with_slots(core.config.wheel_slots)
+            .expect("Config::validate bounds wheel_slots");
+        wheel
+            .try_reserve(core.capacity_per_shard())
+            .map_err(|_| crate::memory::refused(&core.config, "capacity"))?;
+        Ok(wheel)
+    }
+
+    /// Runs until the shard is stopped, then hands back every timer that had not fired.
+    pub(crate) fn run(mut self) -> Vec<Unfired> {
+        let shard = self.shard;
+        let manual = self.core.clock.is_manual();
+        loop {
+            shard.mark_awake();
+            if shard.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            // Read before anything queued is looked at: a pass that began after `advance`
+            // opened this round has seen all it queued (see `Settle`).
+            let round = self.core.settle.round.load(Ordering::SeqCst);
+            let now = self.core.clock.now();
+            let may_transfer = self.transfer(now);
+            let placed = self.apply_notices();
+            let cancelled = self.note_cancels();
+            self.expire(now);
+            self.publish();
+            let ring_waits = !shard.ring.is_empty();
+            let next = self.wheel.next_expiration();
+            if (ring_waits && may_transfer) || next.is_some_and(|t| t <= now) {
+                continue;
+            }
+            if manual {
+                // Virtual time moves only by `advance`, which wakes this thread: report that
+                // this round is caught up and sleep until then.
+                shard.next_due.store(next.unwrap_or(IDLE), Ordering::SeqCst);
+                shard.settled_round.store(round, Ordering::SeqCst);
+                self.core.settle.signal();
+                self.sleep(now, IDLE, ring_waits);
+                continue;
+            }
+            self.sleep(
+                now,
+                wake_tick(next, now, placed || cancelled, ring_waits),
+                ring_waits,
+            );
+        }
+        self.hand_back()
+    }
+
+    /// Sleeps until tick `wake`, unless work arrived while it was deciding to.
+    fn sleep(&self, now: u64, wake: u64, ring_waits: bool) {
+        if !self.shard.plan_sleep(now, wake, !ring_waits) {
+            return;
+        }
+        self.shard.park(wake, || self.core.clock.until(wake));
+        self.shard.wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Moves up to one chunk of new references from the ring into the wheel, within what is
+    /// left of this tick's budget, letting waiting producers in as room appears. Returns
+    /// whether budget is left for this tick.
+    fn transfer(&mut self, now: u64) -> bool {
+        if self.budget_tick != now {
+            self.budget_tick = now;
+            self.budget_left = self.batch;
+        }
+        let limit = self.budget_left.min(TRANSFER_CHUNK);
+        let ring = &self.shard.ring;
+        let mut moved = 0;
+        while moved < limit {
+            let Some(placement) = ring.pop() else { break };
+            self.place(placement);
+            moved += 1;
+            if moved % ROOM_SIGNAL_EVERY == 0 {
+                self.shard.signal_room();
+            }
+        }
+        self.budget_left -= moved;
+        self.shard.signal_room();
+        self.budget_left > 0
+    }
+
+    fn place(&mut self, placement: Placement) {
+        self.wheel.insert(placement.deadline, placement.timer);
+    }
+
+    /// Places every notice's reference; `true` when there was any.
+    fn apply_notices(&mut self) -> bool {
+        let mut placed = false;
+        while let Some(notice) = self.shard.notices.steal().success() {
+            match notice {
+                Notice::Place(placement) => self.place(placement),
+            }
+            placed = true;
+        }
+        placed
+    }
+
+    /// Whether timers of this shard were cancelled since the last pass.
+    fn note_cancels(&mut self) -> bool {
+        let cancels = self.shard.cancelled.load(Ordering::Relaxed);
+        let any = cancels != self.seen_cancels;
+        self.seen_cancels = cancels;
+        any
+    }
+
+    /// Hands due references to the executor, at most [`EXPIRE_BATCH`] per pass so that a flood
+    /// of expiries never keeps the ring from being drained for long; the loop comes straight
+    /// back while more are due.
+    fn expire(&mut self, now: u64) {
+        let shard = self.shard.index;
+        let mut handed = 0;
+        while handed < EXPIRE_BATCH {
+            // When these runs reach the executor, in real time: one clock read per batch.
+            let handed_at = self.core.clock.real_nanos();
+            let take = HAND_OUT_BATCH.min(EXPIRE_BATCH - handed);
+            let before = handed;
+            for entry in self.wheel.advance(now).take(take) {
+                let run = Run {
+                    shard: shard as u32,
+                    timer: entry.value,
+                    now,
+                    handed_at,
+                };
+                self.core.executor.submit(shard, run);
+                handed += 1;
+            }
+            if handed == before {
+                break;
+            }
+        }
+        if handed > 0 {
+            self.shard.handed.fetch_add(handed as u64, Ordering::SeqCst);
+        }
+        self.core.executor.notify(handed);
+    }
+
+    fn publish(&self) {
+        self.shard
+            .in_wheel
+            .store(self.wheel.len(), Ordering::Relaxed);
+    }
+
+    /// At shutdown: every live timer still in the ring, the notices and the wheel comes back
+    /// as [`Unfired`]; stale references are dropped.
+    fn hand_back(mut self) -> Vec<Unfired> {
+        let shard = self.shard;
+        shard.ring.drain_closed(|placement| self.place(placement));
+        self.apply_notices();
+        let mut unfired = Vec::with_capacity(self.wheel.len());
+        let timers: Vec<TimerRef> = self.wheel.drain().map(|entry| entry.value).collect();
+        for timer in timers {
+            unfired.extend(hand_back(self.core, shard, timer));
+        }
+        self.publish();
+        unfired
+    }
+}
+
+/// Commands moved into the wheel per tick at most: `Config::transfer_batch`, which spreads a
+/// burst over real ticks. Virtual time stands still until everything queued is in, so under a
+/// manual clock there is no limit.
+fn transfer_budget(core: &Core) -> usize {
+    if core.clock.is_manual() {
+        usize::MAX
+    } else {
+        core.config.transfer_batch
+    }
+}
+
+/// The tick to sleep until ([`IDLE`]: until woken): the wheel's next due slot `next`, or sooner.
+/// `busy`: notices or cancels arrived during this pass.
+fn wake_tick(next: Option<u64>, now: u64, busy: bool, ring_waits: bool) -> u64 {
+    let mut wake = next.unwrap_or(IDLE);
+    if busy {
+        // Notices or cancels are arriving: look again soon instead of being woken by each
+        // one, so a steady stream costs one wake-up per CLEANUP_TICKS, not one per call.
+        wake = wake.min(now.saturating_add(CLEANUP_TICKS));
+    }
+    if ring_waits {
+        // This tick's transfer budget is spent: the rest waits for the next tick.
+        wake = wake.min(now.saturating_add(1));
+    }
+    wake
+}
+
+/// Takes one reference back at shutdown: the timer it names if it is live (its record is
+/// retired and its task comes back), `None` if the reference is stale.
+pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<Unfired> {
+    let record = shard.table.record(timer.slot)?;
+    let (gen, deadline, task) = record.hand_back(timer.ticket)?;
+    shard.table.release(timer.slot);
+    core.handed_back.fetch_add(1, Ordering::Relaxed);
+    core.limit.release();
+    Some(Unfired {
+        id: TimerId::new(core.tag, shard.index, timer.slot, gen),
+        deadline: core.clock.instant(deadline),
+        task,
+    })
+}
+
+/// Drops unfired timers nobody takes (the shutdown ran on a tick thread and has returned),
+/// containing panics in their tasks' `Drop`.
+pub(crate) fn drop_unfired(core: &Core, unfired: Vec<Unfired>) {
+    for timer in unfired {
+        drop_contained(timer, "an unfired task", &core.drop_panics);
+    }
+}

@@ -1,0 +1,329 @@
+//! The body of a worker thread: take references the tick threads handed out, decide on each
+//! timer's record whether it fires (`Record::claim`), run the callbacks, and put the slots of
+//! ended timers back.
+//!
+//! A worker is the first thread to touch a timer's record after the producer wrote it. It
+//! keeps a few references in hand ahead of the one it runs and prefetches their records, so
+//! the misses of the next ones overlap the current callback instead of stalling one by one.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_deque::Worker;
+
+use crate::contain::{drop_contained, drop_payload, panic_message};
+use crate::executor::{record, Run, Samples};
+use crate::runtime::core::Core;
+use crate::shard::{Claim, Notice, Placement, Shard, TimerRef};
+use crate::task::{next_run, Task};
+use crate::timer::TimerId;
+
+/// References a worker keeps in hand, their records prefetched, ahead of the one it runs.
+const LOOKAHEAD: usize = 8;
+
+/// What a worker keeps to itself between runs.
+///
+/// A run's time is measured from its start to the start of the worker's next run (or to the
+/// moment the worker finds nothing left to run), so a run costs one clock read, not two: the
+/// measure includes the worker's own bookkeeping between the two, a few hundred nanoseconds
+/// at most, which the watchdog's millisecond scale does not notice.
+struct WorkerOwn {
+    index: usize,
+    slow_log: SlowLog,
+    /// The last run started, not yet measured.
+    last_run: Option<LastRun>,
+    /// References taken from the queues, their records prefetched.
+    ahead: VecDeque<Run>,
+    manual: bool,
+}
+
+struct LastRun {
+    /// When it started (`Clock::real_nanos`).
+    started: u64,
+    id: TimerId,
+}
+
+/// A worker's rate limit for the slow-callback log: at most one line per second, which says
+/// how many it held back.
+struct SlowLog {
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+const SLOW_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// The body of worker thread `index`: run what the tick threads hand out until stopped and
+/// drained.
+pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
+    core.enter_thread();
+    let executor = &core.executor;
+    let mut own = WorkerOwn {
+        index,
+        slow_log: SlowLog {
+            last: None,
+            held_back: 0,
+        },
+        last_run: None,
+        ahead: VecDeque::with_capacity(LOOKAHEAD),
+        manual: core.clock.is_manual(),
+    };
+    loop {
+        fill_ahead(core, &local, &mut own);
+        let next = own
+            .ahead
+            .pop_front()
+            .or_else(|| executor.find_task(index, &local));
+        if let Some(run) = next {
+            take(core, run, &mut own);
+            if own.manual {
+                executor.workers[index].done.fetch_add(1, Ordering::SeqCst);
+                core.settle.signal();
+            }
+            continue;
+        }
+        end_last_run(core, &mut own);
+        if executor.stopped() && !executor.has_work() {
+            return;
+        }
+        executor.sleep();
+    }
+}
+
+/// Tops up the references in hand from the worker's own deque, prefetching their records.
+fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
+    while own.ahead.len() < LOOKAHEAD {
+        let Some(run) = local.pop() else { break };
+        if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
+            record.prefetch();
+        }
+        own.ahead.push_back(run);
+    }
+}
+
+/// One reference: fire its timer, send it back to the wheel if it was postponed, or drop it
+/// if it is stale.
+fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
+    let shard = &core.shards[run.shard as usize];
+    let Some(record) = shard.table.record(run.timer.slot) else {
+        core.report_stray(shard.index, run.timer.slot, "handed out without a record");
+        return;
+    };
+    match record.claim(run.timer.ticket, run.now) {
+        Claim::Stale => {}
+        Claim::Later { deadline, ticket } => {
+            core.executor.workers[own.index]
+                .deferred
+                .fetch_add(1, Ordering::Relaxed);
+            let timer = TimerRef {
+                slot: run.timer.slot,
+                ticket,
+            };
+            shard.notify(Notice::Place(Placement { deadline, timer }), deadline);
+        }
+        Claim::Fire {
+            deadline,
+            gen,
+            task,
+            repeating,
+        } => {
+            let id = TimerId::new(core.tag, shard.index, run.timer.slot, gen);
+            if repeating {
+                execute_repeating(core, shard, run, id, deadline, task, own);
+            } else {
+                // The record is retired already: its slot can serve the next timer while
+                // this one's callback runs.
+                shard.table.release(run.timer.slot);
+                end_live(core, own.index);
+                execute_once(core, run, id, deadline, task, own);
+            }
+        }
+    }
+}
+
+/// Counts a timer that ended without a cancel and gives back its `max_pending` place.
+fn end_live(core: &Core, worker: usize) {
+    core.executor.workers[worker]
+        .ended
+        .fetch_add(1, Ordering::Relaxed);
+    core.limit.release();
+}
+
+fn execute_once(
+    core: &Core,
+    run: Run,
+    id: TimerId,
+    deadline: u64,
+    task: Task,
+    own: &mut WorkerOwn,
+) {
+    start_run(core, &run, id, deadline, own);
+    // A one-shot's closure is consumed by its call, which drops what it captured.
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
+        panicked(core, own.index, payload, id, false);
+    }
+}
+
+fn execute_repeating(
+    core: &Core,
+    shard: &Shard,
+    run: Run,
+    id: TimerId,
+    deadline: u64,
+    mut task: Task,
+    own: &mut WorkerOwn,
+) {
+    start_run(core, &run, id, deadline, own);
+    let ok = match catch_unwind(AssertUnwindSafe(|| task.run_again())) {
+        Ok(()) => true,
+        Err(payload) => {
+            panicked(core, own.index, payload, id, true);
+            false
+        }
+    };
+    let record = shard.table.record_of(run.timer.slot);
+    let gen = id.gen();
+    // Once shutdown has collected what it hands back, nobody reads the notices: a timer
+    // whose run ends later (its callback called `shutdown`, say) ends here instead. A run
+    // that panicked ends its timer, as the JDK's `ScheduledThreadPoolExecutor` does.
+    if ok && !core.collected.load(Ordering::SeqCst) {
+        let period = task.period().unwrap_or(1);
+        let next = next_run(deadline, period, core.clock.now());
+        match record.finish_run(gen, next, task) {
+            Ok(ticket) => {
+                let timer = TimerRef {
+                    slot: run.timer.slot,
+                    ticket,
+                };
+                shard.notify(
+                    Notice::Place(Placement {
+                        deadline: next,
+                        timer,
+                    }),
+                    next,
+                );
+            }
+            Err(task) => end_repeating(core, shard, run.timer.slot, task),
+        }
+        return;
+    }
+    if !record.end_run(gen) {
+        end_live(core, own.index);
+    }
+    end_repeating(core, shard, run.timer.slot, task);
+}
+
+/// A repeating timer after its last run, its record retired: its slot goes back and its task
+/// is dropped, containing a panic in the task's `Drop`.
+fn end_repeating(core: &Core, shard: &Shard, slot: u32, task: Task) {
+    shard.table.release(slot);
+    drop_contained(
+        task,
+        "a repeating task after its last run",
+        &core.drop_panics,
+    );
+}
+
+fn panicked(
+    core: &Core,
+    worker: usize,
+    payload: Box<dyn std::any::Any + Send>,
+    id: TimerId,
+    repeating: bool,
+) {
+    core.executor.workers[worker]
+        .panicked
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::error!(
+        panic = panic_message(payload.as_ref()),
+        timer = ?id,
+        repeating,
+        "timer callback panicked; the service goes on"
+    );
+    drop_payload(payload, &core.drop_panics);
+}
+
+/// Counts and samples a run about to start, and measures the worker's previous one.
+fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
+    let stats = &core.executor.workers[own.index];
+    stats.fired.fetch_add(1, Ordering::Relaxed);
+    let started = core.clock.real_nanos();
+    let late = core.clock.lateness(deadline, started);
+    let slow = {
+        // Recorded before the run, so `stats()` counts a run as soon as it has started; the
+        // last run's time goes in under the same lock.
+        let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
+        record(&mut samples.lateness, late);
+        record(
+            &mut samples.queue_delay,
+            started.saturating_sub(run.handed_at),
+        );
+        measure_last_run(core, own, &mut samples, started)
+    };
+    report_slow(core, own, slow);
+    own.last_run = Some(LastRun { started, id });
+}
+
+/// Measures the worker's last run, ended by `now` (see [`WorkerOwn`]); `samples` is the
+/// worker's, locked. Returns the run to report as slow, if it was.
+fn measure_last_run(
+    core: &Core,
+    own: &mut WorkerOwn,
+    samples: &mut Samples,
+    now: u64,
+) -> Option<(TimerId, u64)> {
+    let last = own.last_run.take()?;
+    let took = now.saturating_sub(last.started);
+    record(&mut samples.callback_time, took);
+    (took > core.executor.slow_callback).then_some((last.id, took))
+}
+
+/// Counts and logs a slow run that [`measure_last_run`] found.
+fn report_slow(core: &Core, own: &mut WorkerOwn, slow: Option<(TimerId, u64)>) {
+    if let Some((id, took)) = slow {
+        core.executor.workers[own.index]
+            .slow
+            .fetch_add(1, Ordering::Relaxed);
+        own.slow_log.report(id, took);
+    }
+}
+
+/// Measures the last run before the worker sleeps, so an idle worker's stats are complete.
+fn end_last_run(core: &Core, own: &mut WorkerOwn) {
+    if own.last_run.is_none() {
+        return;
+    }
+    let now = core.clock.real_nanos();
+    let slow = {
+        let mut samples = core.executor.workers[own.index]
+            .samples
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        measure_last_run(core, own, &mut samples, now)
+    };
+    report_slow(core, own, slow);
+}
+
+impl SlowLog {
+    /// Logs a slow run of timer `id` that took `nanos`, unless a line went out less than
+    /// [`SLOW_LOG_EVERY`] ago (then it is held back and counted in the next line).
+    fn report(&mut self, id: TimerId, nanos: u64) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < SLOW_LOG_EVERY)
+        {
+            self.held_back += 1;
+            return;
+        }
+        tracing::warn!(
+            timer = ?id,
+            took = ?Duration::from_nanos(nanos),
+            held_back = self.held_back,
+            "slow timer callback (over Config::slow_callback); it delays the callbacks queued behind it on its worker"
+        );
+        self.last = Some(now);
+        self.held_back = 0;
+    }
+}

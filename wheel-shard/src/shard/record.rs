@@ -1,0 +1,722 @@
+//! [`Record`]: one timer's single cache line — its state word, its deadline, the ticket of its
+//! live wheel reference, and its task — and the state machine every thread drives on it.
+//!
+//! ```text
+//!            producer: arm                         worker: claim (one-shot)
+//!   FREE ─────────────────────▶ SCHEDULED ───────────────────────────────▶ retired: FREE, gen+1
+//!    ▲                            │  ▲  │ ╲  worker: claim (repeating)
+//!    │ cancel() (takes the task)  │  │  │  ╲───────────────▶ RUNNING ── finish_run ──▶ SCHEDULED
+//!    └────────────────────────────┘  │  │                      │ cancel(): the run is the last
+//!         reschedule(): LOCKED bit ──┘  │                      ▼
+//!                                       └─ hand_back()      CANCELLED ── finish_run ──▶ retired
+//! ```
+//!
+//! Ground rules:
+//! - The word packs `generation (48) | unused (8) | flags (8)`. A `TimerId` carries the
+//!   generation; every call with an id checks it, and retiring a record (its timer ended)
+//!   moves it on, so an id that outlived its timer acts on nothing. It wraps after 2^48 timers
+//!   through one record: 89 years at 100 000 a second through that one record.
+//! - Whoever reads the deadline to decide, writes it, or moves the task in or out holds the
+//!   LOCKED bit, taken with a CAS on the whole word; so `cancel` returning `true` and a worker
+//!   firing the timer exclude each other, and no worker fires on a deadline a `reschedule` is
+//!   replacing. A repeating timer's task is out of its record while RUNNING: the worker that
+//!   runs it owns it, and a `cancel` then only marks the record CANCELLED.
+//! - What the wheel holds is a *reference*: (deadline, record, ticket). The record's ticket
+//!   names its one live reference; a new one is issued (the ticket moves on) when the timer is
+//!   armed, moved earlier, found postponed when its old deadline came, or re-armed after a
+//!   run. A reference whose ticket is not the record's, or that finds the record not
+//!   SCHEDULED, is stale and dropped: that is how cancelled and moved timers leave the wheel
+//!   without the tick thread ever reading a record.
+//! - Tickets are 32 bits in a reference. One that comes round again (2^32 references issued
+//!   for one record while a stale one waits) is still safe: a worker fires only when the
+//!   record's own deadline has passed, and only by winning the CAS, so the worst it does is
+//!   fire a due timer from the wrong reference, whose right one then finds it gone.
+//! - A producer owns a FREE record it took from the free slots; the record's next timer gets
+//!   the generation the record holds. Nothing else touches a FREE record: a stale reference
+//!   reads its state and goes.
+
+use std::mem::MaybeUninit;
+
+use crossbeam_utils::Backoff;
+
+use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+use crate::task::Task;
+
+const STATE: u64 = 0b111;
+const FREE: u64 = 0;
+const SCHEDULED: u64 = 1;
+/// A repeating timer's run is in progress; its task is with the worker.
+const RUNNING: u64 = 2;
+/// A repeating timer was cancelled during a run: the worker ends it when the run returns.
+const CANCELLED: u64 = 3;
+const LOCKED: u64 = 1 << 3;
+const REPEATING: u64 = 1 << 4;
+const GENERATION_SHIFT: u32 = 16;
+/// Bits of a record's generation: it wraps after 2^48 timers through one record.
+pub(crate) const GENERATION_BITS: u32 = 48;
+const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+
+fn generation(word: u64) -> u64 {
+    word >> GENERATION_SHIFT
+}
+
+fn with_state(word: u64, state: u64) -> u64 {
+    (word & !STATE) | state
+}
+
+/// The word of a retired record: free, with the next generation.
+fn retired(word: u64) -> u64 {
+    (generation(word).wrapping_add(1) & GENERATION_MASK) << GENERATION_SHIFT
+}
+
+/// The low 32 bits of a ticket: what a reference carries.
+pub(crate) fn short(ticket: u64) -> u32 {
+    ticket as u32
+}
+
+/// What a worker does with a reference the wheel handed out.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// The reference is not the record's live one, or the timer ended: drop it.
+    Stale,
+    /// The timer was postponed past `now`: place this new reference.
+    Later { deadline: u64, ticket: u32 },
+    /// Run it: the timer of generation `gen` was due at `deadline`. A one-shot's record is
+    /// retired already; a repeating one is RUNNING until [`Record::finish_run`].
+    Fire {
+        deadline: u64,
+        gen: u64,
+        task: Task,
+        repeating: bool,
+    },
+}
+
+/// What a `cancel` did.
+#[derive(Debug)]
+pub(crate) enum Cancelled {
+    /// Nothing: the timer ran or is running (one-shot), was cancelled, or the id is stale.
+    No,
+    /// The timer ended here: the record is retired, and its task is the caller's to drop.
+    Now(Task),
+    /// A repeating timer's run is in progress: it is its last, and its worker ends it.
+    DuringRun,
+}
+
+/// What a successful `reschedule` needs next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// Later (or the same): the live reference finds the new deadline when it comes.
+    Later,
+    /// Earlier: a new reference with this ticket goes to the tick thread.
+    Earlier(u32),
+}
+
+/// One timer's record (see the module doc). 64 bytes, one cache line.
+#[cfg_attr(not(loom), repr(C, align(64)))]
+pub(crate) struct Record {
+    word: AtomicU64,
+    deadline: AtomicU64,
+    /// The ticket of the live reference (its low 32 bits are what references carry).
+    ticket: AtomicU64,
+    task: UnsafeCell<MaybeUninit<Task>>,
+}
+
+// SAFETY: the task is moved in and out only by the thread that holds the record (a producer
+// owning a FREE record, or the holder of the LOCKED bit, or the worker of a RUNNING timer),
+// and the word's Release/Acquire hand-over orders those accesses; `Task` is `Send`.
+unsafe impl Sync for Record {}
+// SAFETY: as above.
+unsafe impl Send for Record {}
+
+impl Default for Record {
+    fn default() -> Self {
+        Record::new()
+    }
+}
+
+impl Record {
+    pub(crate) fn new() -> Self {
+        Record {
+            word: AtomicU64::new(FREE),
+            deadline: AtomicU64::new(0),
+            ticket: AtomicU64::new(0),
+            task: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// A fresh record whose first timer gets generation `gen` (tests of the wrap-around).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn at_generation(gen: u64) -> Self {
+        let record = Record::new();
+        record.word.store(
+            (gen & GENERATION_MASK) << GENERATION_SHIFT,
+            Ordering::Relaxed,
+        );
+        record
+    }
+
+    /// The record's generation: its timer's, or the next timer's while it is free.
+    #[cfg(test)]
+    pub(crate) fn generation(&self) -> u64 {
+        generation(self.word.load(Ordering::Acquire))
+    }
+
+    /// Producer, on a FREE record it owns: makes it a SCHEDULED timer due at `deadline`.
+    /// Returns the timer's generation (for its id) and the ticket of its first reference.
+    pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, u32) {
+        let word = self.word.load(Ordering::Acquire);
+        debug_assert_eq!(word & (STATE | LOCKED), FREE, "armed a record in use");
+        let flags = if task.period().is_some() {
+            REPEATING
+        } else {
+            0
+        };
+        // SAFETY: a FREE record belongs to the producer that took it from the free slots;
+        // its previous task was moved out before it was retired (Release, seen by the
+        // Acquire above).
+        self.task.with_mut(|slot| unsafe { (*slot).write(task) });
+        self.deadline.store(deadline, Ordering::Relaxed);
+        let ticket = self.ticket.load(Ordering::Relaxed).wrapping_add(1);
+        self.ticket.store(ticket, Ordering::Relaxed);
+        self.word
+            .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
+        (generation(word), short(ticket))
+    }
+
+    /// Producer: undoes an `arm` whose reference never reached the ring (so no id got out):
+    /// the record is FREE again at the same generation and the task comes back. `None` when
+    /// something else took the timer meanwhile (a stale reference whose ticket came round:
+    /// see the module doc), which then counts as scheduled.
+    pub(crate) fn withdraw(&self, gen: u64) -> Option<Task> {
+        let word = self.lock_if(|word| generation(word) == gen && word & STATE == SCHEDULED)?;
+        let task = self.take_task();
+        self.word
+            .store(word & !(STATE | REPEATING), Ordering::Release);
+        Some(task)
+    }
+
+    /// Takes the LOCKED bit once the word is unlocked and `wanted` holds of it; `None` when
+    /// `wanted` fails. Returns the word as it was (unlocked).
+    fn lock_if(&self, wanted: impl Fn(u64) -> bool) -> Option<u64> {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if !wanted(word) {
+                return None;
+            }
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            if self
+                .word
+                .compare_exchange(word, word | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some(word);
+            }
+        }
+    }
+
+    /// Moves the task out. The caller holds the record (see the module doc).
+    fn take_task(&self) -> Task {
+        // SAFETY: a SCHEDULED (or held RUNNING/CANCELLED) record holds its task, and the
+        // caller holds the record, so no one else reads or writes the slot; the caller
+        // changes the state so the task is never taken twice.
+        self.task
+            .with_mut(|slot| unsafe { (*slot).assume_init_read() })
+    }
+
+    /// Puts the task back. The caller holds the record and it holds no task.
+    fn put_task(&self, task: Task) {
+        // SAFETY: as in `take_task`; the slot is empty, so nothing is overwritten unread.
+        self.task.with_mut(|slot| unsafe { (*slot).write(task) });
+    }
+
+    /// Stops the timer of generation `gen` (see [`Cancelled`]).
+    pub(crate) fn cancel(&self, gen: u64) -> Cancelled {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if generation(word) != gen {
+                return Cancelled::No;
+            }
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            match word & STATE {
+                SCHEDULED => {
+                    if self
+                        .word
+                        .compare_exchange(word, word | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        let task = self.take_task();
+                        self.word.store(retired(word), Ordering::Release);
+                        return Cancelled::Now(task);
+                    }
+                }
+                RUNNING => {
+                    if self
+                        .word
+                        .compare_exchange(
+                            word,
+                            with_state(word, CANCELLED),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        return Cancelled::DuringRun;
+                    }
+                }
+                _ => return Cancelled::No,
+            }
+        }
+    }
+
+    /// Moves the pending timer of generation `gen` to `deadline`; `None` when it is not
+    /// pending (it ran or is running, was cancelled, or the id is stale).
+    pub(crate) fn reschedule(&self, gen: u64, deadline: u64) -> Option<Moved> {
+        let word = self.lock_if(|word| generation(word) == gen && word & STATE == SCHEDULED)?;
+        let old = self.deadline.load(Ordering::Relaxed);
+        self.deadline.store(deadline, Ordering::Relaxed);
+        let moved = if deadline < old {
+            Moved::Earlier(self.next_ticket())
+        } else {
+            Moved::Later
+        };
+        self.word.store(word, Ordering::Release);
+        Some(moved)
+    }
+
+    /// Issues a new live reference's ticket. The caller holds the record.
+    fn next_ticket(&self) -> u32 {
+        let ticket = self.ticket.load(Ordering::Relaxed).wrapping_add(1);
+        self.ticket.store(ticket, Ordering::Relaxed);
+        short(ticket)
+    }
+
+    /// A worker's decision on a reference with ticket `ticket` that the wheel handed out when
+    /// its clock read `now` (a tick that has begun).
+    pub(crate) fn claim(&self, ticket: u32, now: u64) -> Claim {
+        let live = |word: u64| {
+            word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
+        };
+        let Some(word) = self.lock_if(live) else {
+            return Claim::Stale;
+        };
+        // Holding the lock, the ticket and the deadline are the record's own.
+        if short(self.ticket.load(Ordering::Relaxed)) != ticket {
+            self.word.store(word, Ordering::Release);
+            return Claim::Stale;
+        }
+        let deadline = self.deadline.load(Ordering::Relaxed);
+        if deadline > now {
+            let ticket = self.next_ticket();
+            self.word.store(word, Ordering::Release);
+            return Claim::Later { deadline, ticket };
+        }
+        let task = self.take_task();
+        let repeating = word & REPEATING != 0;
+        let next = if repeating {
+            with_state(word, RUNNING)
+        } else {
+            retired(word)
+        };
+        self.word.store(next, Ordering::Release);
+        Claim::Fire {
+            deadline,
+            gen: generation(word),
+            task,
+            repeating,
+        }
+    }
+
+    /// After a repeating timer's run: puts its task back and schedules its next run at
+    /// `deadline`, returning the new reference's ticket; or, when it was cancelled during the
+    /// run, retires the record and gives the task back to be dropped.
+    pub(crate) fn finish_run(&self, gen: u64, deadline: u64, task: Task) -> Result<u32, Task> {
+        let word = self.word.load(Ordering::Acquire);
+        debug_assert_eq!(generation(word), gen);
+        if word & STATE != RUNNING {
+            self.word.store(retired(word), Ordering::Release);
+            return Err(task);
+        }
+        // RUNNING belongs to this worker: only a cancel may change the word meanwhile, and it
+        // finds nothing to take until the CAS below publishes the task.
+        self.put_task(task);
+        self.deadline.store(deadline, Ordering::Relaxed);
+        let ticket = self.next_ticket();
+        if self
+            .word
+            .compare_exchange(
+                word,
+                with_state(word, SCHEDULED),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return Ok(ticket);
+        }
+        // Cancelled just now: the record is still this worker's.
+        let task = self.take_task();
+        self.word.store(retired(word), Ordering::Release);
+        Err(task)
+    }
+
+    /// Ends a repeating timer whose run the worker holds without re-arming it (it panicked, or
+    /// the service has shut down). Returns whether a `cancel` came first (and counted it).
+    pub(crate) fn end_run(&self, gen: u64) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            debug_assert_eq!(generation(word), gen);
+            debug_assert!(matches!(word & STATE, RUNNING | CANCELLED));
+            match self.word.compare_exchange(
+                word,
+                retired(word),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return word & STATE == CANCELLED,
+                Err(current) => word = current,
+            }
+        }
+    }
+
+    /// At shutdown, with a reference of ticket `ticket`: the live timer it names, taken out
+    /// and retired — its generation, deadline and task — or `None` for a stale reference.
+    pub(crate) fn hand_back(&self, ticket: u32) -> Option<(u64, u64, Task)> {
+        let live = |word: u64| {
+            word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
+        };
+        let word = self.lock_if(live)?;
+        if short(self.ticket.load(Ordering::Relaxed)) != ticket {
+            self.word.store(word, Ordering::Release);
+            return None;
+        }
+        let deadline = self.deadline.load(Ordering::Relaxed);
+        let task = self.take_task();
+        self.word.store(retired(word), Ordering::Release);
+        Some((generation(word), deadline, task))
+    }
+
+    /// Starts loading the record into this core's cache (a hint: no fault, no effect).
+    pub(crate) fn prefetch(&self) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch never faults and changes no memory; the address is that of a
+            // live reference. SSE is part of the x86_64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>((self as *const Record).cast()) };
+        }
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let word = self.word.load(Ordering::Relaxed);
+        if matches!(word & STATE, SCHEDULED) {
+            // A timer nobody handed back (the service is going away): drop its task.
+            drop(self.take_task());
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering as O};
+    use std::sync::Arc;
+
+    fn counter() -> (Arc<AtomicUsize>, Task) {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let runs = Arc::clone(&runs);
+            Task::once(move || {
+                runs.fetch_add(1, O::SeqCst);
+            })
+        };
+        (runs, task)
+    }
+
+    fn fire(claim: Claim) -> (u64, u64) {
+        match claim {
+            Claim::Fire {
+                deadline,
+                gen,
+                task,
+                ..
+            } => {
+                task.run();
+                (deadline, gen)
+            }
+            other => panic!("expected a fire, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_record_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Record>(), 64);
+        assert_eq!(std::mem::align_of::<Record>(), 64);
+    }
+
+    #[test]
+    fn one_shot_lifecycle() {
+        let record = Record::new();
+        let (runs, task) = counter();
+        let (gen, ticket) = record.arm(10, task);
+        assert!(matches!(
+            record.claim(ticket, 5),
+            Claim::Later { deadline: 10, .. }
+        ));
+        assert!(
+            matches!(record.claim(ticket, 10), Claim::Stale),
+            "the Later issued a new reference"
+        );
+        assert_eq!(fire(record.claim(ticket + 1, 10)), (10, gen));
+        assert_eq!(runs.load(O::SeqCst), 1);
+        assert!(matches!(record.cancel(gen), Cancelled::No), "fired: stale");
+        assert_eq!(record.reschedule(gen, 20), None);
+        assert_eq!(record.generation(), gen + 1, "retired");
+        assert!(matches!(record.claim(ticket + 1, 10), Claim::Stale));
+    }
+
+    #[test]
+    fn cancel_wins_once_and_hands_the_task_over() {
+        let record = Record::new();
+        let (runs, task) = counter();
+        let (gen, ticket) = record.arm(10, task);
+        let Cancelled::Now(task) = record.cancel(gen) else {
+            panic!("pending: cancellable")
+        };
+        drop(task);
+        assert!(matches!(record.cancel(gen), Cancelled::No));
+        assert!(matches!(record.claim(ticket, 10), Claim::Stale));
+        assert!(record.hand_back(ticket).is_none());
+        assert_eq!(runs.load(O::SeqCst), 0);
+        assert_eq!(record.generation(), gen + 1);
+    }
+
+    #[test]
+    fn earlier_reschedules_issue_a_new_reference_and_later_ones_do_not() {
+        let record = Record::new();
+        let (_, task) = counter();
+        let (gen, first) = record.arm(10, task);
+        assert_eq!(record.reschedule(gen, 30), Some(Moved::Later));
+        let Some(Moved::Earlier(second)) = record.reschedule(gen, 3) else {
+            panic!("earlier: a new reference")
+        };
+        assert_ne!(first, second);
+        assert!(matches!(record.claim(first, 10), Claim::Stale));
+        assert_eq!(fire(record.claim(second, 3)).0, 3);
+    }
+
+    #[test]
+    fn repeating_runs_rearm_and_end_on_a_cancel_during_the_run() {
+        let record = Record::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let runs = Arc::clone(&runs);
+            Task::every(
+                move || {
+                    runs.fetch_add(1, O::SeqCst);
+                },
+                5,
+            )
+        };
+        let (gen, ticket) = record.arm(5, task);
+        let Claim::Fire {
+            mut task,
+            repeating: true,
+            ..
+        } = record.claim(ticket, 5)
+        else {
+            panic!("due")
+        };
+        assert!(
+            matches!(record.claim(ticket, 5), Claim::Stale),
+            "running: not again"
+        );
+        assert_eq!(record.reschedule(gen, 50), None, "running: not pending");
+        task.run_again();
+        let ticket = record.finish_run(gen, 10, task).expect("re-armed");
+        let Claim::Fire { mut task, .. } = record.claim(ticket, 10) else {
+            panic!("due again")
+        };
+        assert!(matches!(record.cancel(gen), Cancelled::DuringRun));
+        assert!(matches!(record.cancel(gen), Cancelled::No), "once");
+        task.run_again();
+        assert!(record.finish_run(gen, 15, task).is_err(), "cancelled: ends");
+        assert_eq!(runs.load(O::SeqCst), 2);
+        assert_eq!(record.generation(), gen + 1);
+    }
+
+    #[test]
+    fn withdraw_and_hand_back() {
+        let record = Record::new();
+        let (_, task) = counter();
+        let (gen, _) = record.arm(10, task);
+        assert!(record.withdraw(gen).is_some());
+        assert_eq!(record.generation(), gen, "no id got out: same generation");
+        let (_, task) = counter();
+        let (again, ticket) = record.arm(7, task);
+        assert_eq!(again, gen);
+        assert!(record.hand_back(ticket.wrapping_add(1)).is_none(), "stale");
+        let (handed, deadline, _task) = record.hand_back(ticket).expect("live");
+        assert_eq!((handed, deadline), (gen, 7));
+        assert_eq!(record.generation(), gen + 1);
+    }
+
+    #[test]
+    fn generations_are_48_bits_and_wrap_only_there() {
+        let record = Record::at_generation(GENERATION_MASK);
+        let (_, task) = counter();
+        let (gen, ticket) = record.arm(1, task);
+        assert_eq!(gen, GENERATION_MASK);
+        let _ = fire(record.claim(ticket, 1));
+        assert_eq!(record.generation(), 0, "the wrap is at 2^48");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    fn armed(repeating: bool) -> (Arc<Record>, u64, u32) {
+        let record = Arc::new(Record::new());
+        let task = if repeating {
+            Task::every(|| {}, 5)
+        } else {
+            Task::once(|| {})
+        };
+        let (gen, ticket) = record.arm(5, task);
+        (record, gen, ticket)
+    }
+
+    /// cancel races a worker's claim: exactly one of "cancel returned true" and "fired".
+    #[test]
+    fn cancel_versus_fire() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(false);
+            let canceller = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
+            };
+            let fired = matches!(record.claim(ticket, 5), Claim::Fire { .. });
+            let cancelled = canceller.join().unwrap();
+            assert!(fired != cancelled, "fired={fired} cancelled={cancelled}");
+            assert_eq!(record.generation(), gen + 1, "retired exactly once");
+        });
+    }
+
+    /// reschedule races a worker's claim: a successful reschedule means the timer did not
+    /// fire on its old deadline; a failed one means it fired.
+    #[test]
+    fn reschedule_versus_fire() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(false);
+            let rescheduler = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || record.reschedule(gen, 100).is_some())
+            };
+            let claim = record.claim(ticket, 5);
+            let moved = rescheduler.join().unwrap();
+            match claim {
+                Claim::Fire { deadline, .. } => {
+                    assert_eq!(deadline, 5);
+                    assert!(!moved, "fired, yet the reschedule reported success");
+                }
+                Claim::Later { deadline, .. } => {
+                    assert!(moved);
+                    assert_eq!(deadline, 100);
+                }
+                Claim::Stale => panic!("the only reference went stale"),
+            }
+        });
+    }
+
+    /// Two reschedules race: they take turns, and the one that goes earlier than the deadline
+    /// it found issues the only live reference, at the final deadline or later.
+    #[test]
+    fn reschedule_versus_reschedule() {
+        loom::model(|| {
+            let (record, gen, first) = armed(false);
+            let other = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || record.reschedule(gen, 3))
+            };
+            let mine = record.reschedule(gen, 100);
+            let other = other.join().unwrap();
+            // 100 is later than both 5 and 3; 3 is earlier than both 5 and 100, so it always
+            // issues the one live reference, whichever went first.
+            let (Some(Moved::Later), Some(Moved::Earlier(live))) = (mine, other) else {
+                panic!("unexpected {mine:?} {other:?}")
+            };
+            assert!(matches!(record.claim(first, 100), Claim::Stale));
+            match record.claim(live, 100) {
+                Claim::Fire { deadline, .. } => assert!(deadline == 3 || deadline == 100),
+                other => panic!("the newest reference is live and due: {other:?}"),
+            }
+        });
+    }
+
+    /// cancel races a repeating timer's run and re-arm: a successful cancel means no run
+    /// starts after it, and the timer ends exactly once.
+    #[test]
+    fn cancel_versus_run_and_rearm() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(true);
+            let canceller = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
+            };
+            let mut runs = 0;
+            if let Claim::Fire { task, .. } = record.claim(ticket, 5) {
+                runs += 1;
+                if let Ok(next) = record.finish_run(gen, 10, task) {
+                    if let Claim::Fire { task, .. } = record.claim(next, 10) {
+                        runs += 1;
+                        let _ = record.finish_run(gen, 15, task);
+                    }
+                }
+            }
+            let cancelled = canceller.join().unwrap();
+            assert!(cancelled, "a repeating timer is always cancellable");
+            assert!(runs <= 2);
+            assert_eq!(record.generation(), gen + 1, "ended exactly once");
+        });
+    }
+
+    /// Shutdown's hand-back races a re-arm after a run and a cancel: the timer ends exactly
+    /// once, handed back live only when the cancel lost.
+    #[test]
+    fn shutdown_versus_rearm_and_cancel() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(true);
+            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+                panic!("due")
+            };
+            let worker = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || record.finish_run(gen, 10, task).ok())
+            };
+            let canceller = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
+            };
+            let rearmed = worker.join().unwrap();
+            let handed = rearmed.and_then(|ticket| record.hand_back(ticket));
+            let cancelled = canceller.join().unwrap();
+            assert!(
+                handed.is_some() != cancelled,
+                "handed back live and cancelled, or neither"
+            );
+            assert_eq!(record.generation(), gen + 1, "retired exactly once");
+        });
+    }
+}

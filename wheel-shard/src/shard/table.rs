@@ -1,0 +1,360 @@
+//! [`TimerTable`]: a shard's timer records, addressed by the slot a `TimerId` carries, and the
+//! free slots that come back to the threads that schedule.
+//!
+//! Records never move, so any thread reaches one from an id in O(1) without a lock: the table
+//! is a fixed directory of 64 Ki-record segments, each allocated on first use (or up front for
+//! `Config::capacity`), so a small service stays small, a big one never copies, and no single
+//! allocation stalls a producer for long.
+//!
+//! Free slots travel in batches. Every thread keeps a small cache of free slots per shard: a
+//! producer takes its slots from there, and a thread that ends a timer (a worker that fired
+//! it, a caller that cancelled it) puts the slot back into its own cache. A cache that runs
+//! dry takes a whole batch from the shard's shared store (or a block of fresh slots), and one
+//! that overflows hands a batch back, so the shared store is touched once per [`BATCH`]
+//! timers, not once per timer, and a slot usually goes back to a thread whose cache has just
+//! seen its record. A thread's cache goes back to the store when the thread ends.
+
+use std::cell::RefCell;
+use std::collections::TryReserveError;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crossbeam_utils::CachePadded;
+
+use super::record::Record;
+
+const SEGMENT_BITS: u32 = 16;
+const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
+/// 4 Ki segments of 64 Ki records: 2^28 (268 million) timers per shard at once.
+const SEGMENTS: usize = 1 << 12;
+/// One past the highest slot a shard hands out.
+const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
+
+/// Free slots moved between a thread's cache and the shared store at a time.
+pub(crate) const BATCH: usize = 256;
+
+pub(crate) struct TimerTable {
+    segments: Box<[OnceLock<Box<[Record]>>]>,
+    /// The lowest slot never handed out.
+    fresh: CachePadded<AtomicU32>,
+    /// One past the highest slot handed out: [`SLOTS`], lower in tests of a full table.
+    limit: u32,
+    /// Batches of free slots, shared by every thread.
+    store: Arc<FreeStore>,
+}
+
+/// Batches of free slots.
+#[derive(Default)]
+struct FreeStore {
+    batches: Mutex<Vec<Vec<u32>>>,
+}
+
+impl FreeStore {
+    fn put(&self, batch: Vec<u32>) {
+        if !batch.is_empty() {
+            self.batches
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(batch);
+        }
+    }
+
+    fn take(&self) -> Option<Vec<u32>> {
+        self.batches.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        batches.iter().map(Vec::len).sum()
+    }
+}
+
+/// One thread's free slots of one table.
+struct Cache {
+    /// The table's store, by address: which table this cache belongs to.
+    store: Weak<FreeStore>,
+    slots: Vec<u32>,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.upgrade() {
+            store.put(std::mem::take(&mut self.slots));
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's caches, one per table it used (a handful: one per shard of each
+    /// service). Caches of tables that are gone are pruned when a new one is added.
+    static CACHES: RefCell<Vec<Cache>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A segment of fresh records, written whole.
+fn new_segment() -> Box<[Record]> {
+    (0..SEGMENT_LEN).map(|_| Record::new()).collect()
+}
+
+/// [`new_segment`] that reports an allocation failure instead of aborting.
+fn try_new_segment() -> Result<Box<[Record]>, TryReserveError> {
+    let mut records = Vec::new();
+    records.try_reserve_exact(SEGMENT_LEN)?;
+    records.extend((0..SEGMENT_LEN).map(|_| Record::new()));
+    Ok(records.into_boxed_slice())
+}
+
+/// (segment, offset within it) of `slot`.
+fn locate(slot: u32) -> (usize, usize) {
+    (
+        (slot >> SEGMENT_BITS) as usize,
+        slot as usize & (SEGMENT_LEN - 1),
+    )
+}
+
+/// The table ran out of its 2^28 slots (268 million live timers in one shard).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TableFull;
+
+impl TimerTable {
+    pub(crate) fn new() -> Self {
+        Self::with_limit(SLOTS)
+    }
+
+    /// A table that hands out slots below `limit` only: a full table, for tests, without
+    /// 2^28 records.
+    fn with_limit(limit: u32) -> Self {
+        TimerTable {
+            segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
+            fresh: CachePadded::new(AtomicU32::new(0)),
+            limit: limit.min(SLOTS),
+            store: Arc::new(FreeStore::default()),
+        }
+    }
+
+    /// Bytes a new table takes, with the segments of its first `slots` slots created (see
+    /// [`TimerTable::try_reserve`]).
+    pub(crate) fn bytes_for(slots: usize) -> usize {
+        let directory = SEGMENTS * std::mem::size_of::<OnceLock<Box<[Record]>>>();
+        let segments = slots.div_ceil(SEGMENT_LEN).min(SEGMENTS);
+        directory + segments * SEGMENT_LEN * std::mem::size_of::<Record>()
+    }
+
+    /// The record of `slot`, if that slot was ever handed out.
+    pub(crate) fn record(&self, slot: u32) -> Option<&Record> {
+        let (segment, offset) = locate(slot);
+        self.segments
+            .get(segment)?
+            .get()
+            .map(|records| &records[offset])
+    }
+
+    /// The record of a slot this table handed out.
+    pub(crate) fn record_of(&self, slot: u32) -> &Record {
+        self.record(slot).expect("a slot handed out has a record")
+    }
+
+    /// A free slot for a new timer, owned by the caller until it arms the record or gives it
+    /// back with [`TimerTable::release`]. Its record exists by the time this returns.
+    pub(crate) fn claim(&self) -> Result<u32, TableFull> {
+        let cached = CACHES.try_with(|caches| {
+            let mut caches = caches.borrow_mut();
+            let cache = self.cache(&mut caches);
+            if let Some(slot) = cache.slots.pop() {
+                return Ok(slot);
+            }
+            match self.store.take() {
+                Some(batch) => cache.slots = batch,
+                None => self.claim_fresh(&mut cache.slots)?,
+            }
+            Ok(cache.slots.pop().expect("a refill brings slots"))
+        });
+        // Without thread-local storage (a thread being torn down): straight from the store.
+        cached.unwrap_or_else(|_| self.claim_uncached())
+    }
+
+    fn claim_uncached(&self) -> Result<u32, TableFull> {
+        let mut batch = match self.store.take() {
+            Some(batch) => batch,
+            None => {
+                let mut batch = Vec::new();
+                self.claim_fresh(&mut batch)?;
+                batch
+            }
+        };
+        let slot = batch.pop().expect("a refill brings slots");
+        self.store.put(batch);
+        Ok(slot)
+    }
+
+    /// Gives back the slot of a timer that ended (its record retired) or of a claim that
+    /// was never armed, to this thread's cache.
+    pub(crate) fn release(&self, slot: u32) {
+        let cached = CACHES.try_with(|caches| {
+            let mut caches = caches.borrow_mut();
+            let cache = self.cache(&mut caches);
+            cache.slots.push(slot);
+            if cache.slots.len() >= 2 * BATCH {
+                let batch = cache.slots.split_off(BATCH);
+                self.store.put(batch);
+            }
+        });
+        if cached.is_err() {
+            self.store.put(vec![slot]);
+        }
+    }
+
+    /// This thread's cache of this table, made on first use.
+    fn cache<'c>(&self, caches: &'c mut Vec<Cache>) -> &'c mut Cache {
+        let position = caches
+            .iter()
+            .position(|cache| std::ptr::eq(cache.store.as_ptr(), Arc::as_ptr(&self.store)));
+        let index = match position {
+            Some(index) => index,
+            None => {
+                caches.retain(|cache| cache.store.strong_count() > 0);
+                caches.push(Cache {
+                    store: Arc::downgrade(&self.store),
+                    slots: Vec::with_capacity(2 * BATCH),
+                });
+                caches.len() - 1
+            }
+        };
+        &mut caches[index]
+    }
+
+    /// Takes a block of up to [`BATCH`] slots never handed out into `slots`, creating their
+    /// segments.
+    fn claim_fresh(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
+        let start = self
+            .fresh
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.limit).then(|| n.saturating_add(BATCH as u32).min(self.limit))
+            })
+            .map_err(|_| TableFull)?;
+        let end = start.saturating_add(BATCH as u32).min(self.limit);
+        for segment in locate(start).0..=locate(end - 1).0 {
+            self.segments[segment].get_or_init(new_segment);
+        }
+        // Handed out lowest first.
+        slots.extend((start..end).rev());
+        Ok(())
+    }
+
+    /// Creates the segments for the first `slots` slots now (`Config::capacity`), so producers
+    /// do not create and fault them in during a burst. An allocation the allocator refuses
+    /// comes back as an error (the segments made before it stay) rather than aborting.
+    pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), TryReserveError> {
+        for segment in self.segments.iter().take(slots.div_ceil(SEGMENT_LEN)) {
+            if segment.get().is_none() {
+                // A racing claim may have created it meanwhile; then ours is dropped.
+                let _ = segment.set(try_new_segment()?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Free slots in the shared store (not in threads' caches).
+    #[cfg(test)]
+    fn stored(&self) -> usize {
+        self.store.len()
+    }
+
+    /// One past the highest slot ever handed out.
+    #[cfg(test)]
+    pub(crate) fn high_water(&self) -> u32 {
+        self.fresh.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_tile_the_slot_space() {
+        assert_eq!(locate(0), (0, 0));
+        assert_eq!(locate(65_535), (0, 65_535));
+        assert_eq!(locate(65_536), (1, 0));
+        assert_eq!(locate(SLOTS - 1), (SEGMENTS - 1, SEGMENT_LEN - 1));
+        assert_eq!(locate(SLOTS).0, SEGMENTS, "past the table: no segment");
+    }
+
+    #[test]
+    fn reserve_creates_the_segments_up_front() {
+        let table = TimerTable::new();
+        assert!(table.record(0).is_none());
+        table.try_reserve(SEGMENT_LEN + 1).unwrap();
+        assert!(table.record(0).is_some());
+        let last = 2 * SEGMENT_LEN as u32 - 1;
+        assert!(table.record(last).is_some(), "two whole segments");
+        assert!(table.record(last + 1).is_none(), "and no more");
+        assert_eq!(table.claim().unwrap(), 0, "claims still start at slot 0");
+    }
+
+    #[test]
+    fn a_full_table_says_so() {
+        let table = TimerTable::with_limit(3);
+        let claimed: Vec<_> = (0..3).map(|_| table.claim().unwrap()).collect();
+        assert_eq!(claimed, [0, 1, 2]);
+        assert_eq!(table.claim(), Err(TableFull), "the limit is reached");
+        assert_eq!(table.claim(), Err(TableFull), "and stays so");
+        assert_eq!(table.high_water(), 3, "no slot past the limit");
+        table.release(1);
+        assert_eq!(table.claim(), Ok(1), "a released slot is claimed again");
+        assert_eq!(TimerTable::new().limit, SLOTS, "a real table holds 2^28");
+    }
+
+    #[test]
+    fn bytes_for_counts_whole_segments() {
+        let directory = TimerTable::bytes_for(0);
+        let segment = SEGMENT_LEN * std::mem::size_of::<Record>();
+        assert_eq!(TimerTable::bytes_for(1), directory + segment);
+        assert_eq!(
+            TimerTable::bytes_for(SEGMENT_LEN + 1),
+            directory + 2 * segment
+        );
+        assert_eq!(
+            TimerTable::bytes_for(usize::MAX),
+            directory + SEGMENTS * segment,
+            "never more than the whole table"
+        );
+    }
+
+    #[test]
+    fn released_slots_come_back_in_batches_across_threads() {
+        let table = Arc::new(TimerTable::new());
+        // Another thread claims and ends timers: its cache overflows into the store, and what
+        // is left goes back when the thread ends.
+        let claimed = {
+            let table = Arc::clone(&table);
+            std::thread::spawn(move || {
+                let slots: Vec<u32> = (0..3 * BATCH).map(|_| table.claim().unwrap()).collect();
+                for &slot in &slots {
+                    table.release(slot);
+                }
+                slots
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(table.stored(), 3 * BATCH, "every slot is back in the store");
+        let mut again: Vec<u32> = (0..3 * BATCH).map(|_| table.claim().unwrap()).collect();
+        again.sort_unstable();
+        let mut claimed = claimed;
+        claimed.sort_unstable();
+        assert_eq!(again, claimed, "reused, each exactly once");
+        assert_eq!(table.high_water(), 3 * BATCH as u32, "no fresh slot needed");
+    }
+
+    #[test]
+    fn caches_of_tables_that_are_gone_are_pruned() {
+        for _ in 0..100 {
+            let table = TimerTable::new();
+            let slot = table.claim().unwrap();
+            table.release(slot);
+        }
+        let count = CACHES.with(|caches| caches.borrow().len());
+        assert!(count <= 2, "{count} caches kept for dropped tables");
+    }
+}

@@ -1,0 +1,323 @@
+//! [`Task`]: a scheduled callback as the service carries it — inline when it is small, boxed
+//! only when it is not.
+//!
+//! A `Task` is 40 bytes: a pointer to a static table of the closure type's functions and 32
+//! bytes of storage. A closure of up to 32 bytes with an alignment of up to 8 (most timeout
+//! callbacks capture an id and a handle or two) lives in that storage itself, so scheduling it
+//! allocates nothing and its record is the only memory the timer touches. A larger closure is
+//! boxed and the box pointer is stored instead. Either way the task moves as 40 plain bytes,
+//! which is how it goes into a timer's record and comes out again (a closure never points into
+//! itself: Rust values move by copying).
+//!
+//! One-shot tasks are `FnOnce` and run by value; repeating ones are `FnMut` plus their period
+//! and run in place, inside the record, once per period.
+
+use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
+
+/// Bytes of closure a task stores inline.
+pub(crate) const INLINE_BYTES: usize = 32;
+
+type Storage = MaybeUninit<[usize; INLINE_BYTES / size_of::<usize>()]>;
+
+/// The functions of one stored closure type. `data` points at a task's storage holding a value
+/// of that type.
+struct VTable {
+    /// Runs a one-shot closure, consuming it.
+    call_once: unsafe fn(data: *mut u8),
+    /// Runs a repeating closure in place; returns its period in ticks.
+    call_mut: unsafe fn(data: *mut u8),
+    /// Drops the closure unrun.
+    drop: unsafe fn(data: *mut u8),
+    /// The period in ticks of a repeating task; `None` for a one-shot.
+    period: Option<unsafe fn(data: *const u8) -> u64>,
+}
+
+/// An owned callback (see the module doc). Dropping it drops the closure unrun.
+pub(crate) struct Task {
+    vtable: &'static VTable,
+    data: Storage,
+}
+
+// SAFETY: a `Task` is only built from `Send` closures (`Task::once`, `Task::every` require it),
+// and it owns its closure outright, so moving it to another thread moves a `Send` value.
+unsafe impl Send for Task {}
+
+/// A repeating closure with its period in ticks.
+struct Every<F> {
+    f: F,
+    period: u64,
+}
+
+/// Whether values of `T` fit a task's storage.
+const fn fits<T>() -> bool {
+    size_of::<T>() <= INLINE_BYTES && align_of::<T>() <= align_of::<Storage>()
+}
+
+impl Task {
+    /// A task that runs `f` once.
+    pub(crate) fn once<F: FnOnce() + Send + 'static>(f: F) -> Task {
+        if fits::<F>() {
+            Task::store(f, &OnceVTable::<F>::VTABLE)
+        } else {
+            Task::store(Box::new(f), &OnceVTable::<Box<F>>::VTABLE)
+        }
+    }
+
+    /// A task that runs `f` every `period` ticks.
+    pub(crate) fn every<F: FnMut() + Send + 'static>(f: F, period: u64) -> Task {
+        let every = Every { f, period };
+        if fits::<Every<F>>() {
+            Task::store(every, &EveryVTable::<Every<F>>::VTABLE)
+        } else {
+            Task::store(Box::new(every), &EveryVTable::<Box<Every<F>>>::VTABLE)
+        }
+    }
+
+    fn store<T>(value: T, vtable: &'static VTable) -> Task {
+        debug_assert!(fits::<T>());
+        let mut data = Storage::uninit();
+        // SAFETY: `T` fits the storage in size and alignment (checked by the callers through
+        // `fits`, which is a constant), and the storage is fresh.
+        unsafe { data.as_mut_ptr().cast::<T>().write(value) };
+        Task { vtable, data }
+    }
+
+    /// The period in ticks of a repeating task; `None` for a one-shot.
+    pub(crate) fn period(&self) -> Option<u64> {
+        // SAFETY: the storage holds the vtable's type (they are set together in `store`).
+        self.vtable
+            .period
+            .map(|period| unsafe { period(self.data.as_ptr().cast()) })
+    }
+
+    /// Runs the task: a one-shot runs and is consumed; a repeating one runs once and is
+    /// dropped (at shutdown, `Unfired::run`).
+    pub(crate) fn run(self) {
+        let mut this = ManuallyDrop::new(self);
+        let data = this.data.as_mut_ptr().cast::<u8>();
+        if this.vtable.period.is_some() {
+            // SAFETY: as below; the closure is then dropped in place, exactly once.
+            unsafe {
+                (this.vtable.call_mut)(data);
+                (this.vtable.drop)(data);
+            }
+        } else {
+            // SAFETY: the storage holds the vtable's type, and `ManuallyDrop` keeps `Drop` from
+            // dropping the closure that `call_once` consumes.
+            unsafe { (this.vtable.call_once)(data) };
+        }
+    }
+
+    /// Runs a repeating task once, keeping it for its next run.
+    pub(crate) fn run_again(&mut self) {
+        debug_assert!(self.vtable.period.is_some());
+        // SAFETY: the storage holds the vtable's type; `call_mut` leaves it in place.
+        unsafe { (self.vtable.call_mut)(self.data.as_mut_ptr().cast()) }
+    }
+}
+
+impl std::fmt::Debug for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task")
+            .field("period", &self.period())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // SAFETY: the storage holds the vtable's type and this is its only drop (`run`
+        // consumes the task without coming here).
+        unsafe { (self.vtable.drop)(self.data.as_mut_ptr().cast()) }
+    }
+}
+
+/// How a stored value of type `T` runs once.
+trait CallOnce {
+    fn call_once(self);
+}
+
+impl<F: FnOnce()> CallOnce for F {
+    fn call_once(self) {
+        self()
+    }
+}
+
+/// How a stored repeating value runs in place and tells its period.
+trait CallMut {
+    fn call_mut(&mut self);
+    fn period(&self) -> u64;
+}
+
+impl<F: FnMut()> CallMut for Every<F> {
+    fn call_mut(&mut self) {
+        (self.f)()
+    }
+    fn period(&self) -> u64 {
+        self.period
+    }
+}
+
+impl<T: CallMut> CallMut for Box<T> {
+    fn call_mut(&mut self) {
+        (**self).call_mut()
+    }
+    fn period(&self) -> u64 {
+        (**self).period()
+    }
+}
+
+struct OnceVTable<T>(T);
+
+impl<T: CallOnce> OnceVTable<T> {
+    const VTABLE: VTable = VTable {
+        call_once: Self::call_once,
+        call_mut: unreachable_call,
+        drop: drop_in_place::<T>,
+        period: None,
+    };
+
+    /// # Safety
+    /// `data` points at a live `T`, which this consumes.
+    unsafe fn call_once(data: *mut u8) {
+        // SAFETY: the caller's contract.
+        let value = unsafe { data.cast::<T>().read() };
+        value.call_once();
+    }
+}
+
+struct EveryVTable<T>(T);
+
+impl<T: CallMut> EveryVTable<T> {
+    const VTABLE: VTable = VTable {
+        call_once: unreachable_call,
+        call_mut: Self::call_mut,
+        drop: drop_in_place::<T>,
+        period: Some(Self::period),
+    };
+
+    /// # Safety
+    /// `data` points at a live `T`.
+    unsafe fn call_mut(data: *mut u8) {
+        // SAFETY: the caller's contract; the value stays where it is.
+        unsafe { (*data.cast::<T>()).call_mut() }
+    }
+
+    /// # Safety
+    /// `data` points at a live `T`.
+    unsafe fn period(data: *const u8) -> u64 {
+        // SAFETY: the caller's contract.
+        unsafe { (*data.cast::<T>()).period() }
+    }
+}
+
+/// # Safety
+/// `data` points at a live `T`, dropped here.
+unsafe fn drop_in_place<T>(data: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::drop_in_place(data.cast::<T>()) }
+}
+
+/// The slot of a vtable that its kind of task never calls.
+unsafe fn unreachable_call(_data: *mut u8) {
+    unreachable!("a one-shot task runs once, a repeating one in place")
+}
+
+/// The next deadline of a repeating timer that was due at `deadline`: fixed rate, no drift. A
+/// run that ends after later deadlines passed skips them (no burst of catch-up runs) but keeps
+/// the phase: the next run is the first `deadline + k·period` after `now`.
+pub(crate) fn next_run(deadline: u64, period: u64, now: u64) -> u64 {
+    let next = deadline.saturating_add(period);
+    if next > now {
+        return next;
+    }
+    let missed = (now - deadline) / period;
+    deadline.saturating_add(period.saturating_mul(missed + 1))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn fixed_rate_skips_missed_runs_keeping_phase() {
+        assert_eq!(next_run(100, 10, 100), 110);
+        assert_eq!(next_run(100, 10, 109), 110);
+        assert_eq!(next_run(100, 10, 110), 120);
+        assert_eq!(next_run(100, 10, 135), 140);
+        assert_eq!(next_run(u64::MAX - 1, 10, 0), u64::MAX);
+    }
+
+    #[test]
+    fn a_task_is_40_bytes() {
+        assert_eq!(size_of::<Task>(), 40);
+    }
+
+    /// Counts its drops.
+    struct Counted(Arc<AtomicUsize>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn small_and_large_one_shots_run_once_and_drop_what_they_hold() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let small = {
+            let (runs, held) = (Arc::clone(&runs), Counted(Arc::clone(&drops)));
+            move || {
+                let _held = &held;
+                runs.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let large = {
+            let (runs, held) = (Arc::clone(&runs), Counted(Arc::clone(&drops)));
+            let padding = [7u64; 8];
+            move || {
+                let _held = &held;
+                runs.fetch_add(padding[0] as usize, Ordering::SeqCst);
+            }
+        };
+        assert!(fits::<()>());
+        Task::once(small).run();
+        Task::once(large).run();
+        assert_eq!(runs.load(Ordering::SeqCst), 8);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+
+        let unrun = Task::once({
+            let held = Counted(Arc::clone(&drops));
+            move || drop(held)
+        });
+        drop(unrun);
+        assert_eq!(drops.load(Ordering::SeqCst), 3, "dropped unrun");
+        assert_eq!(runs.load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn repeating_tasks_run_in_place_and_tell_their_period() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        for padding in [0usize, 64] {
+            let counter = Arc::clone(&runs);
+            let big = vec![0u8; padding];
+            let ballast = [0u64; 6];
+            let mut task = Task::every(
+                move || {
+                    let _ = (&big, ballast);
+                    counter.fetch_add(1, Ordering::SeqCst);
+                },
+                7,
+            );
+            assert_eq!(task.period(), Some(7));
+            task.run_again();
+            task.run_again();
+            task.run();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 6);
+        assert_eq!(Task::once(|| {}).period(), None);
+        assert_eq!(Arc::strong_count(&runs), 1, "every clone was dropped");
+    }
+}
