@@ -415,6 +415,19 @@ impl Record {
     }
 }
 
+impl Record {
+    /// Starts loading the record into this core's cache to be written (a hint, as
+    /// [`Record::prefetch`]).
+    pub(crate) fn prefetch_for_write(&self) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            // SAFETY: as in `prefetch`.
+            unsafe { _mm_prefetch::<_MM_HINT_ET0>((self as *const Record).cast()) };
+        }
+    }
+}
+
 impl Drop for Record {
     fn drop(&mut self) {
         let word = self.word.load(Ordering::Relaxed);

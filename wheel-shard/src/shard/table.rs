@@ -33,6 +33,12 @@ const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 /// Free slots moved between a thread's cache and the shared store at a time.
 pub(crate) const BATCH: usize = 256;
 
+/// How many claims ahead a producer starts loading the record it will write. A recycled
+/// record was last written by another thread (the worker that fired its timer), so writing it
+/// misses the cache; started a few schedules early, the miss overlaps the work in between
+/// instead of stalling the producer (the ring's CAS would otherwise wait for it).
+const PREFETCH_AHEAD: usize = 4;
+
 pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[Record]>>]>,
     /// The lowest slot never handed out.
@@ -161,6 +167,16 @@ impl TimerTable {
             let mut caches = caches.borrow_mut();
             let cache = self.cache(&mut caches);
             if let Some(slot) = cache.slots.pop() {
+                if let Some(&ahead) = cache
+                    .slots
+                    .len()
+                    .checked_sub(PREFETCH_AHEAD)
+                    .and_then(|i| cache.slots.get(i))
+                {
+                    if let Some(record) = self.record(ahead) {
+                        record.prefetch_for_write();
+                    }
+                }
                 return Ok(slot);
             }
             match self.store.take() {
