@@ -705,6 +705,32 @@ mod loom_models {
         });
     }
 
+    /// A stale reference (its timer cancelled) races the record's reuse by a new timer: the
+    /// stale reference never fires the new timer nor the cancelled one, and the new timer's
+    /// own reference still fires it.
+    #[test]
+    fn a_stale_reference_versus_reuse() {
+        loom::model(|| {
+            let (record, gen, stale) = armed(false);
+            let Cancelled::Now(task) = record.cancel(gen) else {
+                panic!("pending")
+            };
+            drop(task);
+            let late = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || matches!(record.claim(stale, 100), Claim::Stale))
+            };
+            // The producer that took the freed slot arms it for a new timer.
+            let (next, fresh) = record.arm(7, Task::once(|| {}));
+            assert_eq!(next, gen + 1);
+            assert!(late.join().unwrap(), "a stale reference acted");
+            assert!(matches!(
+                record.claim(fresh, 7),
+                Claim::Fire { deadline: 7, .. }
+            ));
+        });
+    }
+
     /// Shutdown's hand-back races a re-arm after a run and a cancel: the timer ends exactly
     /// once, handed back live only when the cancel lost.
     #[test]

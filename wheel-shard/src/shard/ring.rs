@@ -83,7 +83,7 @@ impl<T> PendingRing<T> {
         Self::cells_for(capacity).saturating_mul(std::mem::size_of::<Cell<T>>())
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn capacity(&self) -> usize {
         self.cells.len()
     }

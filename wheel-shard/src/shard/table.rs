@@ -69,7 +69,7 @@ impl FreeStore {
         self.batches.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn len(&self) -> usize {
         let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
         batches.iter().map(Vec::len).sum()
@@ -271,13 +271,13 @@ impl TimerTable {
     }
 
     /// Free slots in the shared store (not in threads' caches).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn stored(&self) -> usize {
         self.store.len()
     }
 
     /// One past the highest slot ever handed out.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn high_water(&self) -> u32 {
         self.fresh.load(Ordering::Relaxed)
     }
