@@ -131,7 +131,7 @@ mod sync;
 mod table;
 mod tick;
 mod timer;
-#[cfg(feature = "tokio")]
+#[cfg(feature = "async")]
 mod tokio_adapter;
 mod wake;
 
@@ -141,7 +141,7 @@ pub use manual_clock::ManualClock;
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
-#[cfg(feature = "tokio")]
+#[cfg(feature = "async")]
 pub use tokio_adapter::{Elapsed, Sleep, Timeout, TimerError};
 
 /// The histogram type of [`Lateness::histogram`].
