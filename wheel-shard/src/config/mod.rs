@@ -52,9 +52,10 @@ pub struct Config {
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
-    /// thread needs to move that backlog. 4 096 is a few hundred microseconds of moving; a
+    /// thread needs to move that backlog. The default keeps that well under a 1 ms tick; a
     /// faster producer waits for room instead (backpressure), which leaves the CPU to the tick
-    /// and executor threads. Raise it to absorb longer bursts where lateness matters less.
+    /// and executor threads. Raise it to absorb longer bursts where lateness matters less
+    /// (`docs/performance.md` has what ring sizes measured).
     pub ring_capacity: usize,
     /// Pin tick thread `i` to core `i mod cores`. Default true.
     pub pin_threads: bool,
