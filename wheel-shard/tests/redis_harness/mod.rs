@@ -37,7 +37,7 @@ pub fn redis_tools_present() -> bool {
     let reason = format!("{} not installed", missing.join(", "));
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "under CI: {reason} (run {INSTALL_REDIS})"
+        "under CI: {reason}; install them with {INSTALL_REDIS}"
     );
     crate::skip::record(&reason, INSTALL_REDIS);
     false
