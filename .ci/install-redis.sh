@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs redis-server and redis-tools (redis-benchmark, redis-cli) for the proxy_redis test,
 # when they are missing. CI runs as root on Debian; elsewhere this only reports what is missing,
-# and the test then skips itself with a printed reason.
+# and the tests that need them are skipped (failed under CI=true), which `cargo xtask test`'s
+# summary lists.
 set -euo pipefail
 
 missing=()
@@ -16,7 +17,7 @@ fi
 echo "install-redis: missing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "install-redis: not root or no apt-get; install redis-server and redis-tools by hand" >&2
-    echo "install-redis: (tests/proxy_redis.rs skips itself without them)" >&2
+    echo "install-redis: (without them cargo xtask test skips the redis tests and says so)" >&2
     exit 0
 fi
 

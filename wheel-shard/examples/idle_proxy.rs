@@ -1,7 +1,7 @@
 //! idle_proxy: a TCP proxy whose idle and request timeouts live in a wheel `TimerService`.
 //!
 //! ```text
-//! cargo run --release --example idle_proxy --features tokio -- \
+//! cargo run --release -p wheel-shard --example idle_proxy --features async -- \
 //!     --listen 127.0.0.1:7000 --upstream 127.0.0.1:6379 --idle 30s --request-timeout 2s
 //! ```
 //!

@@ -125,7 +125,7 @@ mod stats;
 mod sync;
 mod task;
 mod timer;
-#[cfg(feature = "tokio")]
+#[cfg(feature = "async")]
 mod tokio_adapter;
 
 pub use config::{limits, Config};
@@ -134,7 +134,7 @@ pub use runtime::manual_clock::ManualClock;
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
-#[cfg(feature = "tokio")]
+#[cfg(feature = "async")]
 pub use tokio_adapter::{Elapsed, Sleep, Timeout, TimerError};
 
 /// The histogram type of [`Lateness::histogram`].

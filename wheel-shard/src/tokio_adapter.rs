@@ -2,8 +2,9 @@
 //!
 //! Built only on the public API (`try_schedule` and `cancel`): the timer's callback marks a
 //! shared [`Signal`] fired and wakes the waiting task; dropping the future cancels its timer.
-//! Nothing here needs a tokio runtime (the futures work on any executor); the module sits
-//! behind the `tokio` feature because that is where its users are.
+//! Nothing here needs a tokio runtime (the futures work on any executor): the module sits
+//! behind the `async` feature (`tokio` is its old name, kept as an alias), which pulls in no
+//! dependency.
 //!
 //! Nothing here blocks the calling thread. The callers are async tasks, and a runtime thread
 //! that waits inside `schedule` for room in a full ring (up to

@@ -1,5 +1,10 @@
 //! `cargo xtask test`: every test of the workspace, then the loom models of the lock-free
 //! parts. It is the README's test command, and `.ci/run` calls exactly it.
+//!
+//! A test that cannot run here (the proxy tests without redis) passes without doing anything,
+//! and the test harness swallows what it prints. Such a test records itself in the directory
+//! named by `WHEEL_TEST_SKIPS` (`wheel-shard/tests/skip`), which this command sets, and the
+//! final summary lists every skipped test, why, and the command that lets it run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -29,13 +34,25 @@ const STEPS: &[Step] = &[
     },
 ];
 
-/// Runs every step in order, stopping at the first failure.
+/// The variable naming the directory where skipped tests record themselves.
+const SKIPS_VAR: &str = "WHEEL_TEST_SKIPS";
+
+/// Runs every step in order, stopping at the first failure, then lists the skipped tests.
 pub fn run(workspace: &Path, target: &Path) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let skips_dir = target.join("xtask-test-skips");
+    if let Err(error) = clear(&skips_dir) {
+        eprintln!("xtask test: cannot clear {}: {error}", skips_dir.display());
+        return ExitCode::FAILURE;
+    }
+    let mut failed = None;
     for step in STEPS {
         eprintln!("xtask test: {} (cargo {})", step.what, step.args.join(" "));
         let mut command = Command::new(&cargo);
-        command.args(step.args).current_dir(workspace);
+        command
+            .args(step.args)
+            .current_dir(workspace)
+            .env(SKIPS_VAR, &skips_dir);
         for (key, value) in step.env {
             command.env(key, value);
         }
@@ -45,20 +62,96 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         match command.status() {
             Ok(status) if status.success() => {}
             Ok(status) => {
-                eprintln!(
-                    "xtask test: failed ({status}): cargo {}",
-                    step.args.join(" ")
-                );
-                return ExitCode::FAILURE;
+                failed = Some(format!("failed ({status}): cargo {}", step.args.join(" ")));
+                break;
             }
             Err(error) => {
-                eprintln!("xtask test: cannot run cargo: {error}");
-                return ExitCode::FAILURE;
+                failed = Some(format!("cannot run cargo: {error}"));
+                break;
             }
         }
     }
-    eprintln!("xtask test: all passed");
-    ExitCode::SUCCESS
+    let skipped = read_skips(&skips_dir);
+    eprint!("{}", summary(&skipped, failed.as_deref()));
+    if failed.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Makes `dir` an empty directory.
+fn clear(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    std::fs::create_dir_all(dir)
+}
+
+/// A skipped test's record: its name, why it was skipped, what makes it run.
+#[derive(Debug, PartialEq)]
+struct Skip {
+    test: String,
+    reason: String,
+    remedy: String,
+}
+
+/// The records in `dir`, by test name. One that cannot be read is listed as such, not lost.
+fn read_skips(dir: &Path) -> Vec<Skip> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut skips: Vec<Skip> = entries
+        .flatten()
+        .map(|entry| {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let mut lines = text.lines().map(str::to_string);
+            let file = entry.file_name().to_string_lossy().replace("--", "::");
+            Skip {
+                test: lines.next().unwrap_or(file),
+                reason: lines
+                    .next()
+                    .unwrap_or_else(|| "(no reason recorded)".into()),
+                remedy: lines.next().unwrap_or_else(|| "(none recorded)".into()),
+            }
+        })
+        .collect();
+    skips.sort_by(|a, b| a.test.cmp(&b.test));
+    skips
+}
+
+/// The final lines: the skipped tests grouped by reason and remedy, then the verdict.
+fn summary(skipped: &[Skip], failed: Option<&str>) -> String {
+    let mut text = String::new();
+    if !skipped.is_empty() {
+        // In the order of their first test; `skipped` is sorted by test.
+        let mut groups: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+        for skip in skipped {
+            let key = (skip.reason.as_str(), skip.remedy.as_str());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, names)) => names.push(&skip.test),
+                None => groups.push((key, vec![&skip.test])),
+            }
+        }
+        let tests = if skipped.len() == 1 { "test" } else { "tests" };
+        text += &format!(
+            "xtask test: {} {tests} skipped (they report ok but ran nothing):\n",
+            skipped.len()
+        );
+        for ((reason, remedy), names) in groups {
+            for name in names {
+                text += &format!("  {name}\n");
+            }
+            text += &format!("    why: {reason}\n    to run them: {remedy}\n");
+        }
+    }
+    text += &match (failed, skipped.len()) {
+        (Some(failure), _) => format!("xtask test: {failure}\n"),
+        (None, 0) => "xtask test: all passed\n".to_string(),
+        (None, n) => format!("xtask test: passed, except {n} skipped (above)\n"),
+    };
+    text
 }
 
 /// The workspace root, from this crate's manifest directory.
@@ -67,4 +160,47 @@ pub fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives inside the workspace")
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_are_read_grouped_and_named_in_the_summary() {
+        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
+        clear(&dir).unwrap();
+        for (file, text) in [
+            (
+                "proxy_redis--b",
+                "proxy_redis::b\nredis-cli not installed\nsudo x\n",
+            ),
+            (
+                "proxy_redis--a",
+                "proxy_redis::a\nredis-cli not installed\nsudo x\n",
+            ),
+            (
+                "config--c",
+                "config::c\ntoo much memory\nuse a smaller machine\n",
+            ),
+        ] {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
+        let skips = read_skips(&dir);
+        clear(&dir).unwrap();
+        assert!(read_skips(&dir).is_empty(), "clear empties the directory");
+        std::fs::remove_dir(&dir).unwrap();
+
+        let text = summary(&skips, None);
+        assert_eq!(
+            text,
+            "xtask test: 3 tests skipped (they report ok but ran nothing):\n  \
+             config::c\n    why: too much memory\n    to run them: use a smaller machine\n  \
+             proxy_redis::a\n  proxy_redis::b\n    why: redis-cli not installed\n    \
+             to run them: sudo x\n\
+             xtask test: passed, except 3 skipped (above)\n"
+        );
+        assert!(summary(&skips, Some("failed")).ends_with("xtask test: failed\n"));
+        assert_eq!(summary(&[], None), "xtask test: all passed\n");
+    }
 }

@@ -19,8 +19,13 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// True when the redis binaries are installed. Otherwise prints why the test is skipped, or
-/// fails under CI, where `.ci/install-redis.sh` should have installed them.
+/// What installs the redis binaries (on Debian and Ubuntu, as root; elsewhere it says what to
+/// install by hand).
+pub const INSTALL_REDIS: &str = "bash .ci/install-redis.sh (as root)";
+
+/// True when the redis binaries are installed. Otherwise records the calling test as skipped,
+/// with the reason and [`INSTALL_REDIS`], for `cargo xtask test`'s summary; under CI
+/// (`CI=true`), where `.ci/install-redis.sh` should have installed them, it fails instead.
 pub fn redis_tools_present() -> bool {
     let missing: Vec<_> = ["redis-server", "redis-benchmark", "redis-cli"]
         .into_iter()
@@ -29,15 +34,12 @@ pub fn redis_tools_present() -> bool {
     if missing.is_empty() {
         return true;
     }
-    let reason = format!(
-        "{} not installed (run .ci/install-redis.sh)",
-        missing.join(", ")
-    );
+    let reason = format!("{} not installed", missing.join(", "));
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
-        "under CI: {reason}"
+        "under CI: {reason}; install them with {INSTALL_REDIS}"
     );
-    println!("skipping: {reason}");
+    crate::skip::record(&reason, INSTALL_REDIS);
     false
 }
 

@@ -7,8 +7,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
+mod fields;
+
 /// How a [`TimerService`](crate::TimerService) is built. Every field has a default, so a TOML
 /// file or the environment only names what it changes.
+///
+/// Every field has a row in [`limits::FIELDS`], which gives its environment variable and its
+/// range; `with_env` and `validate` walk that table, and the tests check `wheel.toml` and the
+/// README's table against it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,9 +52,10 @@ pub struct Config {
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
-    /// thread needs to move that backlog. 4 096 is a few hundred microseconds of moving; a
+    /// thread needs to move that backlog. The default keeps that well under a 1 ms tick; a
     /// faster producer waits for room instead (backpressure), which leaves the CPU to the tick
-    /// and executor threads. Raise it to absorb longer bursts where lateness matters less.
+    /// and executor threads. Raise it to absorb longer bursts where lateness matters less
+    /// (`docs/performance.md` has what ring sizes measured).
     pub ring_capacity: usize,
     /// Pin tick thread `i` to core `i mod cores`. Default true.
     pub pin_threads: bool,
@@ -72,9 +79,12 @@ pub struct Config {
     pub slow_callback: Duration,
 }
 
-/// The limits [`Config`] is checked against.
+/// The limits [`Config`] is checked against, and the table of its fields
+/// ([`FIELDS`](crate::limits::FIELDS)) that environment parsing and validation walk.
 pub mod limits {
     use std::time::Duration;
+
+    pub use super::fields::{Field, FIELDS};
 
     /// Most `shards`.
     pub const MAX_SHARDS: usize = 1024;
@@ -162,11 +172,11 @@ impl Config {
         Config::from_toml_str(&text).map_err(|e| e.in_file(path))
     }
 
-    /// Overrides fields from `WHEEL_SHARDS`, `WHEEL_TICK`, `WHEEL_WHEEL_SLOTS`,
-    /// `WHEEL_EXECUTOR_THREADS`, `WHEEL_MAX_PENDING` (a number, or `none`),
-    /// `WHEEL_TRANSFER_BATCH`, `WHEEL_RING_CAPACITY`, `WHEEL_PIN_THREADS` (`true`/`false`/`1`/`0`),
-    /// `WHEEL_SATURATION_TIMEOUT`, `WHEEL_CAPACITY` and `WHEEL_SLOW_CALLBACK`. Durations read
-    /// like "1ms", "500us", "2s".
+    /// Overrides each field whose variable is set: `WHEEL_` and the field's name in capitals
+    /// (`WHEEL_RING_CAPACITY` for `ring_capacity`; [`limits::FIELDS`] lists them). Numbers may
+    /// group digits with `_`, `WHEEL_MAX_PENDING` takes `none`, booleans `true`/`false`/`1`/`0`,
+    /// and durations read like "1ms", "500us", "2s". A value that does not parse is an error
+    /// naming the variable and the field; then the whole config is validated.
     pub fn with_env(self) -> Result<Config, ConfigError> {
         self.with_vars(|name| std::env::var(name).ok())
     }
@@ -176,45 +186,11 @@ impl Config {
         mut self,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let var = |field: &'static str| {
-            let name = format!("WHEEL_{}", field.to_ascii_uppercase());
-            lookup(&name).map(|value| EnvVar { name, field, value })
-        };
-        if let Some(v) = var("shards") {
-            self.shards = v.parse_number()?;
-        }
-        if let Some(v) = var("tick") {
-            self.tick = v.parse_duration()?;
-        }
-        if let Some(v) = var("wheel_slots") {
-            self.wheel_slots = v.parse_number()?;
-        }
-        if let Some(v) = var("executor_threads") {
-            self.executor_threads = v.parse_number()?;
-        }
-        if let Some(v) = var("max_pending") {
-            self.max_pending = match v.value.trim() {
-                "none" | "" => None,
-                _ => Some(v.parse_number()?),
-            };
-        }
-        if let Some(v) = var("transfer_batch") {
-            self.transfer_batch = v.parse_number()?;
-        }
-        if let Some(v) = var("ring_capacity") {
-            self.ring_capacity = v.parse_number()?;
-        }
-        if let Some(v) = var("pin_threads") {
-            self.pin_threads = v.parse_bool()?;
-        }
-        if let Some(v) = var("saturation_timeout") {
-            self.saturation_timeout = v.parse_duration()?;
-        }
-        if let Some(v) = var("capacity") {
-            self.capacity = v.parse_number()?;
-        }
-        if let Some(v) = var("slow_callback") {
-            self.slow_callback = v.parse_duration()?;
+        for field in limits::FIELDS {
+            let var = field.env_var();
+            if let Some(text) = lookup(&var) {
+                field.set_from_env(&mut self, var, text)?;
+            }
         }
         self.validate()?;
         Ok(self)
@@ -247,96 +223,17 @@ impl Config {
         crate::memory::estimate(self)
     }
 
-    /// Checks every field against [`limits`]; the error names the first field out of range.
+    /// Checks every field against its range in [`limits::FIELDS`]; the error names the first
+    /// field out of range (in the table's order), with its value and the range.
     ///
     /// The checks depend on the config alone, never on the machine, so a config valid here is
     /// valid everywhere. Whether the machine has the memory the config sizes
     /// ([`Config::memory_estimate`] against [`limits::memory_limit`]) is checked by
     /// [`TimerService::new`](crate::TimerService::new).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        use limits::*;
-        let invalid =
-            |field: &'static str, reason: String| Err(ConfigError::Invalid { field, reason });
-        if self.shards == 0 || self.shards > MAX_SHARDS {
-            return invalid(
-                "shards",
-                format!("{} is not in 1..={MAX_SHARDS}", self.shards),
-            );
-        }
-        if self.tick < MIN_TICK || self.tick > MAX_TICK {
-            return invalid(
-                "tick",
-                format!(
-                    "{} is not between {} and {}",
-                    humantime::format_duration(self.tick),
-                    humantime::format_duration(MIN_TICK),
-                    humantime::format_duration(MAX_TICK)
-                ),
-            );
-        }
-        if self.wheel_slots == 0 || self.wheel_slots > MAX_WHEEL_SLOTS {
-            return invalid(
-                "wheel_slots",
-                format!("{} is not in 1..={MAX_WHEEL_SLOTS}", self.wheel_slots),
-            );
-        }
-        if self.executor_threads == 0 || self.executor_threads > MAX_EXECUTOR_THREADS {
-            return invalid(
-                "executor_threads",
-                format!(
-                    "{} is not in 1..={MAX_EXECUTOR_THREADS}",
-                    self.executor_threads
-                ),
-            );
-        }
-        if self.max_pending == Some(0) {
-            return invalid(
-                "max_pending",
-                "0 would refuse every timer; leave it out for no limit".into(),
-            );
-        }
-        if self.transfer_batch == 0 {
-            return invalid(
-                "transfer_batch",
-                "0 would never move a command into the wheel".into(),
-            );
-        }
-        if self.ring_capacity < MIN_RING_CAPACITY || self.ring_capacity > MAX_RING_CAPACITY {
-            return invalid(
-                "ring_capacity",
-                format!(
-                    "{} is not in {MIN_RING_CAPACITY}..={MAX_RING_CAPACITY}",
-                    self.ring_capacity
-                ),
-            );
-        }
-        if self.capacity > MAX_CAPACITY {
-            return invalid(
-                "capacity",
-                format!("{} is over {MAX_CAPACITY}", self.capacity),
-            );
-        }
-        if self.saturation_timeout > MAX_SATURATION_TIMEOUT {
-            return invalid(
-                "saturation_timeout",
-                format!(
-                    "{} is over an hour",
-                    humantime::format_duration(self.saturation_timeout)
-                ),
-            );
-        }
-        if self.slow_callback < MIN_SLOW_CALLBACK || self.slow_callback > MAX_SLOW_CALLBACK {
-            return invalid(
-                "slow_callback",
-                format!(
-                    "{} is not between {} and {}",
-                    humantime::format_duration(self.slow_callback),
-                    humantime::format_duration(MIN_SLOW_CALLBACK),
-                    humantime::format_duration(MAX_SLOW_CALLBACK)
-                ),
-            );
-        }
-        Ok(())
+        limits::FIELDS
+            .iter()
+            .try_for_each(|field| field.check(self))
     }
 }
 
@@ -353,42 +250,4 @@ fn toml_error_field(text: &str, error: &toml::de::Error) -> Option<String> {
     let line = text[line_start..].lines().next()?;
     let key = line.split('=').next()?.trim();
     (!key.is_empty() && line.contains('=')).then(|| key.to_string())
-}
-
-struct EnvVar {
-    name: String,
-    field: &'static str,
-    value: String,
-}
-
-impl EnvVar {
-    fn error(&self, expected: &str) -> ConfigError {
-        ConfigError::Env {
-            var: self.name.clone(),
-            field: self.field,
-            value: self.value.clone(),
-            expected: expected.to_string(),
-        }
-    }
-
-    fn parse_number(&self) -> Result<usize, ConfigError> {
-        self.value
-            .trim()
-            .replace('_', "")
-            .parse()
-            .map_err(|_| self.error("a whole number"))
-    }
-
-    fn parse_duration(&self) -> Result<Duration, ConfigError> {
-        humantime::parse_duration(self.value.trim())
-            .map_err(|_| self.error("a duration such as \"1ms\", \"500us\" or \"2s\""))
-    }
-
-    fn parse_bool(&self) -> Result<bool, ConfigError> {
-        match self.value.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(self.error("true or false")),
-        }
-    }
 }
