@@ -112,6 +112,7 @@
 
 #![warn(missing_docs)]
 
+mod adapters;
 mod clock;
 mod config;
 mod contain;
@@ -125,17 +126,15 @@ mod stats;
 mod sync;
 mod task;
 mod timer;
-#[cfg(feature = "async")]
-mod tokio_adapter;
 
+#[cfg(feature = "async")]
+pub use adapters::futures::{Elapsed, Sleep, Timeout, TimerError};
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
 pub use runtime::manual_clock::ManualClock;
 pub use service::TimerService;
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
-#[cfg(feature = "async")]
-pub use tokio_adapter::{Elapsed, Sleep, Timeout, TimerError};
 
 /// The histogram type of [`Lateness::histogram`].
 pub use hdrhistogram;
