@@ -6,22 +6,28 @@
 //!
 //! # Data flow of one timer
 //!
+//! A timer lives in one place, its **record**: one 64-byte cache line holding its state word,
+//! its deadline, the ticket of its live reference, and its task (inline when the closure is at
+//! most 32 bytes). Everything else carries 16-byte *references* — (deadline, slot, ticket).
+//!
 //! ```text
 //!  producer threads              shard i (one per core)                     executor
 //!  ────────────────              ──────────────────────                     ────────
 //!  schedule(delay, task)
 //!   │ deadline = ⌈now+delay⌉ tick
 //!   │ shard = hash(thread seq)
-//!   │ claim slot in TimerTable ─┐
-//!   ▼                           │ state word: SCHEDULED
-//!  PendingRing (bounded MPSC) ──┼──▶ tick thread "wheel-tick-i"
-//!   full? wait ≤ saturation_    │     1. ≤ transfer_batch ring → Wheel
-//!   timeout, then Saturated     │     2. notices: cancel / earlier / re-arm   ┌▶ worker "wheel-exec-k"
-//!                               │     3. wheel.poll(now): fire / QUEUED ──────┤   catch_unwind(task)
-//!  cancel(id) / reschedule(id)  │        (postponed? back into the wheel)     │   lateness → histogram
-//!   CAS on the state word ──────┘     4. sleep until next due slot            └▶ steal from idle peers
-//!   + notice (unbounded queue)           (woken early by an earlier deadline)     re-arm repeating ─┐
-//!                                                                                  ◀─ notice ────────┘
+//!   │ free slot from this thread's cache (batches of 256)
+//!   │ arm the record: task, deadline, ticket, SCHEDULED
+//!   ▼
+//!  PendingRing (bounded MPSC) ─────▶ tick thread "wheel-tick-i"
+//!   (deadline, slot, ticket)          1. ≤ transfer_batch ring → Wheel
+//!   full? wait ≤ saturation_          2. notices: place new references          ┌▶ worker "wheel-exec-k"
+//!   timeout, then Saturated           3. due references → executor ───────────┤   claim on the record:
+//!                                        (never reads a record)               │    stale → drop
+//!  cancel(id): CAS on the record,     4. sleep until next due slot            │    postponed → notice
+//!   task dropped here, record freed      (woken early by an earlier deadline) │    due → run the task
+//!  reschedule(id): new deadline in                                            └▶ re-arm repeating ─┐
+//!   the record (earlier: notice) ─────────────────────────────────────── notice ◀────────────────┘
 //! ```
 //!
 //! # Guarantees
@@ -33,10 +39,10 @@
 //!   (`cancel` returned `true`), or comes back from [`TimerService::shutdown`] as [`Unfired`].
 //!   A refused one is refused with an error, never dropped silently.
 //! - **`cancel` is definitive.** `true` means the task will never run; the decision is one CAS
-//!   on the timer's state word against the tick thread's CAS to fire. For a repeating timer,
-//!   `true` means no further run: a run already queued for the executor is skipped, and one in
-//!   progress (from its own callback, say) is its last. The shard frees the entry within about
-//!   a tick.
+//!   on the timer's record against the worker's CAS to fire. For a repeating timer, `true`
+//!   means no further run: one in progress (from its own callback, say) is its last. A pending
+//!   timer ends at once: its task is dropped on the cancelling thread and its record is free
+//!   for the next timer; the reference it leaves in the wheel is compacted away.
 //! - **Ids are honoured only by their service, only while their timer lives.** A [`TimerId`]
 //!   (16 bytes) carries its service's tag and its slot's 48-bit generation. An id from another
 //!   service, or of a timer that ended, is unknown: `cancel` and `reschedule` return `false`
@@ -47,17 +53,17 @@
 //!   [`Config::saturation_timeout`] (a full ring), then says [`ScheduleError::Saturated`];
 //!   [`Config::max_pending`] is an exact global limit ([`ScheduleError::TooManyPending`]).
 //! - **No lock, no shared counter on the schedule path** (without `max_pending`): the shard is
-//!   chosen by hashing a per-thread sequence, the slot comes from a lock-free free list, the
-//!   command goes into a lock-free ring. A producer never touches the timer's state cell (the
-//!   tick thread writes it when the timer arrives), so it never waits on that cache miss;
-//!   `cancel` and `reschedule` work on a timer still on its way.
+//!   chosen by hashing a per-thread sequence, the record comes from the thread's own cache of
+//!   free slots (a lock once per 256), the reference goes into a lock-free ring. The producer
+//!   writes the whole record, which it prefetched a few schedules earlier; the tick thread
+//!   never reads it, and the worker that runs the timer is the next to touch it.
 //! - **Idle means asleep.** A tick thread sleeps until its wheel's next due slot, forever when
 //!   the wheel is empty; a producer wakes it only when its deadline is earlier than that.
 //! - **A slow callback delays only its worker**; a panicking one is counted
 //!   ([`Stats::panicked`]), logged with `tracing`, and the service goes on.
 //! - **User code is contained wherever it runs.** Besides the callback itself, a task's `Drop`
-//!   runs on the service's threads (a cancelled task is dropped by its tick thread, a repeating
-//!   task after its last run by a worker, unfired tasks when the last handle goes), and so does
+//!   runs where the service ends it (a cancelled task on the cancelling thread, a repeating
+//!   task after its last run on a worker, unfired tasks when the last handle goes), and so does
 //!   a panic payload's. A panic in any of them is caught, counted ([`Stats::drop_panics`]) and
 //!   logged, and the thread goes on with nothing lost.
 //! - **Clean shutdown.** `shutdown` (or dropping the last handle) stops the tick threads, lets
