@@ -21,8 +21,8 @@ pub(crate) struct Clock {
 }
 
 /// Division by a fixed `u64`, by multiplying with its precomputed reciprocal: every
-/// `schedule` converts a time into ticks, and a hardware 64-bit division cost a fifth of the
-/// producer's own time in a profile of 1 M schedules.
+/// `schedule` converts a time into ticks, and no schedule may wait for a hardware 64-bit
+/// division (tens of cycles; see docs/performance.md).
 ///
 /// With `m = ⌊2⁶⁴ / d⌋`, the estimate `q = ⌊n·m / 2⁶⁴⌋` is `⌊n / d⌋` or one less (it falls
 /// short by `n·ε / 2⁶⁴ < 1` for the `ε < 1` lost in rounding `m`), so one comparison of the
