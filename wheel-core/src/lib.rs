@@ -117,12 +117,18 @@
 
 #![warn(missing_docs)]
 
-// Each module uses only those listed above it.
-mod chunks;
+// Layers, each using only those above it: an entry and the level arithmetic; the chunks
+// that hold entries; a rotation (a ring of slots, each a list of chunks); a level (its current
+// and next rotation); the wheel (the levels, the clock, the iterators).
 mod entry;
 mod geometry;
-mod level;
+
+mod chunks;
+
 mod rotation;
+
+mod level;
+
 mod wheel;
 
 pub use entry::Entry;
