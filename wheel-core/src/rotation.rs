@@ -170,6 +170,39 @@ impl Rotation {
         Some(entry)
     }
 
+    /// Moves up to `max` entries from the front of `slot` to the end of `out`, in order, giving
+    /// the chunks this empties back to the pool; returns how many it moved. One chunk at a
+    /// time, so at most a chunk's worth per call: the caller places them and comes back for more.
+    pub(crate) fn take_front<T: Copy>(
+        &mut self,
+        chunks: &mut Chunks<T>,
+        slot: usize,
+        max: usize,
+        out: &mut Vec<Entry<T>>,
+    ) -> usize {
+        let head = self.slots[slot].head;
+        if head == NIL || max == 0 {
+            return 0;
+        }
+        let chunk = chunks.get_mut(head);
+        let live = chunk.live();
+        let taken = live.len().min(max);
+        out.extend_from_slice(&live[..taken]);
+        let (start, end) = (chunk.start() + taken, chunk.end());
+        if start < end {
+            chunk.set_live(start, end);
+        } else {
+            let next = chunk.next();
+            chunks.release(head);
+            self.slots[slot].head = next;
+            if next == NIL {
+                self.slots[slot].tail = NIL;
+                self.mark_empty(slot);
+            }
+        }
+        taken
+    }
+
     /// Empties `slot` and hands over its list of chunks (the first one's id, [`NIL`] if the
     /// slot was empty): the caller walks it and gives each chunk back to the pool.
     pub(crate) fn take(&mut self, slot: usize) -> u32 {

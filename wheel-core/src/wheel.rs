@@ -65,10 +65,13 @@ pub struct Wheel<T: Copy> {
     now: u64,
     /// Entries held.
     len: usize,
-    /// Entries inserted or handed out since the early cascade last ran: its budget.
+    /// Entries inserted or handed out since the early cascade last ran: its budget. Inserts
+    /// only count; the cascade runs on the way to handing entries out.
     work: u32,
     /// Where [`Wheel::retain`] goes on.
     retain: Cursor,
+    /// Room for a chunk's worth of entries, for moving them a chunk at a time.
+    scratch: Vec<Entry<T>>,
 }
 
 /// A position of [`Wheel::retain`]: rotation `rotation % 2` of level `rotation / 2` (by where
@@ -93,8 +96,10 @@ enum Due {
 /// keep ahead of either.
 const EARLY_PER_OPERATION: usize = 2;
 
-/// Operations between two runs of the early cascade: often enough that no run moves more than
-/// a few dozen entries per level, seldom enough that looking at every level costs little.
+/// Entries handed out between two runs of the early cascade while one advance hands out many:
+/// often enough that no run moves more than a few dozen entries per level, seldom enough that
+/// looking at every level costs little. (Every advance also runs it once, with whatever the
+/// inserts since earned.)
 const EARLY_EVERY: u32 = 32;
 
 /// The partly filled chunks [`Wheel::try_reserve`] makes room for, per slot of a level: one in
@@ -150,6 +155,7 @@ impl<T: Copy> Wheel<T> {
             len: 0,
             work: 0,
             retain: Cursor::default(),
+            scratch: Vec::with_capacity(CHUNK),
         }
     }
 
@@ -188,7 +194,8 @@ impl<T: Copy> Wheel<T> {
     /// ```
     pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
         let geometry = Geometry::for_slots(slots.clamp(1, Self::MAX_SLOTS));
-        let tables = geometry.levels() * (size_of::<Level>() + Level::bytes(geometry.slots()));
+        let tables = geometry.levels() * (size_of::<Level>() + Level::bytes(geometry.slots()))
+            + CHUNK * size_of::<Entry<T>>();
         tables.saturating_add(Chunks::<T>::bytes_for(Self::chunks_for(
             geometry.slots(),
             entries,
@@ -199,6 +206,7 @@ impl<T: Copy> Wheel<T> {
     pub fn allocated_bytes(&self) -> usize {
         let slots = self.geometry.slots();
         self.levels.len() * (size_of::<Level>() + Level::bytes(slots))
+            + self.scratch.capacity() * size_of::<Entry<T>>()
             + self.chunks.allocated_bytes()
     }
 
@@ -264,7 +272,8 @@ impl<T: Copy> Wheel<T> {
             .current_mut()
             .push(&mut self.chunks, slot, Entry { deadline, value });
         self.len += 1;
-        self.count_work();
+        // Earned here, spent when advancing: an insert stays an append.
+        self.work = self.work.saturating_add(1);
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
@@ -408,11 +417,12 @@ impl<T: Copy> Wheel<T> {
         examined
     }
 
-    /// Counts one entry inserted or handed out towards the early cascade, and runs it every
-    /// [`EARLY_EVERY`] of them.
+    /// Counts one entry handed out towards the early cascade, and runs the cascade once the
+    /// entries inserted or handed out since it last ran reach [`EARLY_EVERY`], so a long
+    /// hand-out interleaves it in small runs.
     #[inline]
     fn count_work(&mut self) {
-        self.work += 1;
+        self.work = self.work.saturating_add(1);
         if self.work >= EARLY_EVERY {
             self.cascade_early();
         }
@@ -425,6 +435,7 @@ impl<T: Copy> Wheel<T> {
         // Entries due in the past wait in the slot starting at the clock: a `now` below the
         // clock must still reach them.
         let now = now.max(self.now);
+        self.cascade_early();
         loop {
             let Some((start, due)) = self.next_due().filter(|&(s, _)| s <= now) else {
                 self.now = now;
@@ -483,23 +494,26 @@ impl<T: Copy> Wheel<T> {
     }
 
     /// Moves every entry of a due slot on a higher level down to where it belongs now, a
-    /// chunk at a time; each chunk goes back to the pool once walked, so the slots it fills
+    /// chunk at a time; each chunk goes back to the pool once copied out, so the slots it fills
     /// reuse it.
     fn cascade(&mut self, level: usize, slot: usize) {
+        let mut scratch = std::mem::take(&mut self.scratch);
         let mut id = self.levels[level].current_mut().take(slot);
         while id != NIL {
             let chunk = self.chunks.get(id);
-            let (start, end, next) = (chunk.start(), chunk.end(), chunk.next());
-            for at in start..end {
-                let entry = self.chunks.get(id).get(at);
+            scratch.clear();
+            scratch.extend_from_slice(chunk.live());
+            let next = chunk.next();
+            self.chunks.release(id);
+            for &entry in &scratch {
                 let (level, slot) = self.geometry.place(self.now, entry.deadline);
                 self.levels[level]
                     .current_mut()
                     .push(&mut self.chunks, slot, entry);
             }
-            self.chunks.release(id);
             id = next;
         }
+        self.scratch = scratch;
     }
 
     /// The early cascade: a wheel that cascades a slot only when it falls due stalls for as
@@ -512,25 +526,32 @@ impl<T: Copy> Wheel<T> {
     /// then.
     fn cascade_early(&mut self) {
         let budget = std::mem::take(&mut self.work) as usize * EARLY_PER_OPERATION;
+        if budget == 0 {
+            return;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
         for level in 1..self.levels.len() {
             let next = self.geometry.slot_for(level, self.now) + 1;
             if next >= self.geometry.slots() || !self.levels[level].current().is_occupied(next) {
                 continue;
             }
-            let below = level - 1;
-            for _ in 0..budget {
-                let Some(entry) = self.levels[level]
-                    .current_mut()
-                    .pop_front(&mut self.chunks, next)
-                else {
+            let (below, from) = self.levels.split_at_mut(level);
+            let (from, into) = (from[0].current_mut(), below[level - 1].upcoming_mut());
+            let mut left = budget;
+            while left > 0 {
+                scratch.clear();
+                let moved = from.take_front(&mut self.chunks, next, left, &mut scratch);
+                if moved == 0 {
                     break;
-                };
-                let slot = self.geometry.slot_for(below, entry.deadline);
-                self.levels[below]
-                    .upcoming_mut()
-                    .push(&mut self.chunks, slot, entry);
+                }
+                left -= moved;
+                for &entry in &scratch {
+                    let slot = self.geometry.slot_for(level - 1, entry.deadline);
+                    into.push(&mut self.chunks, slot, entry);
+                }
             }
         }
+        self.scratch = scratch;
     }
 }
 
@@ -660,18 +681,13 @@ mod tests {
     fn an_early_cascade_moves_the_next_slot_into_the_next_rotation_below() {
         let mut wheel = Wheel::new();
         // Level 1, slot 1 (ticks 64..128), seen from tick 0: the next slot of level 1.
-        for i in 0..31u64 {
+        for i in 0..192u64 {
             wheel.insert(64 + i % 64, i);
         }
         assert!(wheel.levels[1].current().is_occupied(1));
-        assert!(
-            wheel.levels[0].upcoming().is_empty(),
-            "not before 32 operations"
-        );
-        for i in 31..192u64 {
-            wheel.insert(64 + i % 64, i);
-        }
-        // Each insert earns two moves, spent every 32 inserts: the last run moved the rest.
+        assert!(wheel.levels[0].upcoming().is_empty(), "inserts only earn");
+        // Each insert earned two moves; an advance spends them, even one with nothing due.
+        assert_eq!(wheel.advance(10).count(), 0);
         assert!(!wheel.levels[1].current().is_occupied(1));
         assert!(!wheel.levels[0].upcoming().is_empty());
         assert_eq!(wheel.next_expiration(), Some(64));
