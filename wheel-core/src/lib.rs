@@ -1,8 +1,16 @@
 //! `wheel-core`: a single-threaded hierarchical hashed timing wheel.
 //!
-//! [`Wheel<T>`] keeps values that fall due at a tick (a `u64` the caller counts; the wheel knows
-//! no clock, no threads and no atomics). Insert, remove and reschedule are O(1); handing out due
-//! entries costs O(1) amortised per entry; finding the next due tick never scans empty slots.
+//! [`Wheel<T>`] keeps `(deadline, value)` entries that fall due at a tick (a `u64` the caller
+//! counts; the wheel knows no clock, no threads and no atomics). `T` is a small `Copy`
+//! reference to the caller's own record, stored inline in the wheel's arrays: inserting,
+//! cascading and handing out walk arrays and never chase a pointer per entry. Insert is O(1),
+//! handing out due entries costs O(1) amortised per entry, and finding the next due tick never
+//! scans empty slots.
+//!
+//! There is no remove: the wheel hands out no keys. A caller that cancels or postpones a timer
+//! marks its own record and leaves the entry where it is, *stale*; it recognises a stale entry
+//! when the wheel hands it out, and asks [`Wheel::retain`] to compact stale entries away in
+//! bounded batches meanwhile.
 //!
 //! # The algorithm
 //!
@@ -25,34 +33,28 @@
 //! So [`Wheel::next_expiration`] is a handful of `trailing_zeros`, and a caller can sleep
 //! exactly until then: an empty wheel, or an empty stretch of time, costs nothing.
 //!
-//! Advancing to tick `t` takes due slots in order. A due level-0 slot hands out its entries (all
-//! due by then; one postponed meanwhile is placed again instead). A due higher slot
-//! *cascades*: the clock moves to the slot's first tick and each entry is placed again
-//! relative to it, landing on a lower level (or handed out, once on level 0). An entry moves
-//! down at most once per level, which is where the amortised O(1) comes from, and it is never
-//! handed out before its own deadline. Postponing an entry only
-//! writes its new deadline: its slot starts before the old one, so the entry is reached in
-//! time and placed again from there (a timeout pushed back on every message moves once).
+//! Advancing to tick `t` takes due slots in order. A due level-0 slot hands out its entries, all
+//! due by then. A due higher slot *cascades*: the clock moves to the slot's first tick and
+//! each entry is placed again relative to it, landing on a lower level (or handed out, once on
+//! level 0). An entry moves down at most once per level, which is where the amortised O(1)
+//! comes from, and it is never handed out before its own deadline.
 //!
 //! A slot high up can hold a great many entries (every timer due in a 4-second stretch sits
 //! in one level-2 slot of a 1 ms wheel), and cascading it all at once would stall the caller
 //! while timers due right then wait. So the wheel also cascades *early*: each level keeps a
-//! second set of slots for its next rotation, and with every insert and hand-out, each level
+//! second rotation of slots for its next turn, and with every insert and hand-out, each level
 //! moves a couple of entries of its next slot into the next rotation of the level below. When
 //! the clock reaches that rotation it becomes the current one (a flag flips); whatever the early
 //! cascade had not moved yet cascades then as before.
 //!
-//! Entries live in one slab (chunks that never move, with a stack of vacant places). Each
-//! slot is an array of `u32` slab indices and each entry records where it is (level, slot,
-//! position), so insert appends, and remove only touches the entry's own node: the reference
-//! it leaves in the array reads as stale because the node no longer says it is there, and
-//! stale references are skipped when the slot is walked, or compacted away once they
-//! outnumber the live ones, a few references per removal so that no single call pays for a
-//! whole slot: O(1), with no allocation once the arrays have grown. Walking a slot's array
-//! issues independent loads, and the walk prefetches nodes a few entries ahead, so a cascade
-//! over entries that are cold in cache overlaps the misses (an intrusive linked list would pay
-//! them one by one). A [`TimerKey`] is the slab index plus a generation, so a
-//! stale key is recognised and never touches a newer entry that reuses the place.
+//! Entries are stored inline: each slot is an array of `(deadline, value)` in arrival order,
+//! kept in fixed chunks of 63 entries (1 KiB with an 8-byte value) linked into a list. Insert
+//! appends to the slot's last chunk, a hand-out or an early cascade takes from the first, and a
+//! cascade walks the whole list, giving each chunk back as it goes. Chunks come from one pool
+//! for the whole wheel and go back to it, so a slot never copies its array to grow it and a
+//! long-running wheel holds about as much memory as its entries at their peak.
+//! [`Wheel::retain`] walks the slots with a cursor kept across calls, moving the entries kept
+//! down over the ones removed, in order, a bounded number per call.
 //!
 //! # A worked example
 //!
@@ -86,24 +88,48 @@
 //! ```
 //! use wheel_core::Wheel;
 //!
+//! // What the caller puts in the wheel: a reference to its own record, and a ticket that
+//! // tells whether the record still means this timer.
+//! #[derive(Clone, Copy, Debug, PartialEq)]
+//! struct Ref {
+//!     record: u32,
+//!     ticket: u32,
+//! }
+//! let mut tickets = vec![0u32; 2]; // the caller's records: the live ticket of each
+//!
 //! let mut wheel = Wheel::new();
-//! let key = wheel.insert(5000, "request 42 timed out");
+//! wheel.insert(5000, Ref { record: 0, ticket: 0 });
+//! wheel.insert(5000, Ref { record: 1, ticket: 0 });
 //! assert_eq!(wheel.next_expiration(), Some(4096));
 //! assert_eq!(wheel.advance(4999).count(), 0);
 //!
-//! let fired: Vec<_> = wheel.advance(5000).collect();
-//! assert_eq!(fired[0].value, "request 42 timed out");
-//! assert_eq!(wheel.remove(key), None); // handed out: the key is stale
+//! tickets[1] += 1; // timer 1 is cancelled: its entry is stale now
+//! let live = |r: &Ref| tickets[r.record as usize] == r.ticket;
+//! let fired: Vec<_> = wheel.advance(5000).filter(|e| live(&e.value)).collect();
+//! assert_eq!(fired.len(), 1);
+//! assert_eq!(fired[0].value, Ref { record: 0, ticket: 0 });
+//!
+//! // Stale entries can also be compacted away before they fall due.
+//! wheel.insert(9000, Ref { record: 1, ticket: 0 });
+//! assert_eq!(wheel.retain(100, |_, r| live(r)), 1);
+//! assert!(wheel.is_empty());
 //! ```
 
 #![warn(missing_docs)]
 
-mod free;
-mod key;
+// Layers, each using only those above it: an entry and the level arithmetic; the chunks
+// that hold entries; a rotation (a ring of slots, each a list of chunks); a level (its current
+// and next rotation); the wheel (the levels, the clock, the iterators).
+mod entry;
+mod geometry;
+
+mod chunks;
+
+mod rotation;
+
 mod level;
-mod refs;
-mod slab;
+
 mod wheel;
 
-pub use key::{StaleKey, TimerKey};
-pub use wheel::{Advance, Drain, Entry, InvalidSlots, Wheel};
+pub use entry::Entry;
+pub use wheel::{Advance, Drain, InvalidSlots, Wheel};

@@ -1,22 +1,15 @@
-//! [`Wheel`], the hierarchical timing wheel.
+//! [`Wheel`], the hierarchical timing wheel, and its iterators.
 
 use std::collections::TryReserveError;
 use std::fmt;
+use std::iter::FusedIterator;
+use std::mem::size_of;
 
-use crate::key::{StaleKey, TimerKey};
-use crate::level::{Geometry, Level};
-use crate::slab::{Node, Slab};
-
-/// An entry handed out by [`Wheel::poll`], [`Wheel::advance`] or [`Wheel::drain`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry<T> {
-    /// The key the entry had; it is stale now.
-    pub key: TimerKey,
-    /// The deadline tick the entry was inserted (or last rescheduled) with.
-    pub deadline: u64,
-    /// The payload.
-    pub value: T,
-}
+use crate::chunks::{Chunks, CHUNK, NIL};
+use crate::entry::Entry;
+use crate::geometry::Geometry;
+use crate::level::Level;
+use crate::rotation::Resume;
 
 /// `slots` was zero or, rounded up to a power of two, above [`Wheel::MAX_SLOTS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,57 +28,59 @@ impl fmt::Display for InvalidSlots {
 
 impl std::error::Error for InvalidSlots {}
 
-/// A hierarchical hashed timing wheel holding values of type `T`, each due at a tick.
+/// A hierarchical hashed timing wheel of `(deadline, value)` entries, stored inline.
 ///
 /// Invariants, which every method keeps:
 /// - the wheel's clock ([`Wheel::now`]) only moves forward, and only as far as every entry due by
 ///   then has been handed out or is waiting in the current level-0 slot;
-/// - an entry placed with deadline `d > now` (inserted, brought forward, or placed again) sits
-///   in the slot named by digit `k` of `d` on a level `k` no higher than that of the highest
-///   base-`slots` digit in which `d` and `now` differ (see the crate docs): on that level when
-///   placed, lower once the early cascade moved it into the level below's next rotation; an
-///   entry with `d <= now` sits in the current level-0 slot; a postponed entry stays where it
-///   was, in a slot that starts before its old deadline, until that slot is reached;
-/// - so every entry is in a slot whose start is at or before its deadline, and the earliest
-///   due slot is found by one bitmap search per level (plus a look at each next rotation),
-///   never by scanning;
-/// - `len` counts the live entries; a key is live until its entry is removed or handed out.
+/// - an entry with deadline `d > now` sits in the slot named by digit `k` of `d` on a level `k`
+///   no higher than that of the highest base-`slots` digit in which `d` and `now` differ (see
+///   the crate docs): on that level when placed, one lower once the early cascade moved it
+///   into the next rotation of the level below; an entry with `d <= now` sits in the current
+///   level-0 slot;
+/// - so every entry is in a slot whose first tick is at or before its deadline, and the
+///   earliest due slot is found by one bitmap search per level (plus a look at each next
+///   rotation), never by scanning;
+/// - within a slot, entries keep the order they arrived in.
 ///
 /// ```
 /// use wheel_core::Wheel;
 ///
 /// let mut wheel = Wheel::new();
-/// let a = wheel.insert(10, "ten");
-/// wheel.insert(3, "three");
+/// wheel.insert(10, 'a');
+/// wheel.insert(3, 'b');
 /// assert_eq!(wheel.next_expiration(), Some(3));
-///
-/// let due: Vec<_> = wheel.advance(5).map(|e| e.value).collect();
-/// assert_eq!(due, ["three"]);
-///
-/// wheel.reschedule(a, 7).unwrap();
-/// assert_eq!(wheel.poll(6), None); // never early
-/// assert_eq!(wheel.poll(7).map(|e| e.value), Some("ten"));
+/// let due: Vec<char> = wheel.advance(5).map(|e| e.value).collect();
+/// assert_eq!(due, ['b']);
+/// assert_eq!(wheel.advance(9).count(), 0); // never early
+/// assert_eq!(wheel.advance(10).next().map(|e| e.value), Some('a'));
 /// assert!(wheel.is_empty());
 /// ```
-pub struct Wheel<T> {
-    /// Two `Level`s per level of the hierarchy, numbered `k` and `k + depth`: the one `current`
-    /// names holds the level's current rotation, the other its next rotation as the early
-    /// cascade fills it in.
+#[derive(Clone)]
+pub struct Wheel<T: Copy> {
     levels: Box<[Level]>,
-    /// For each level `k`, which of its two `Level`s is current: `k` or `k + depth`.
-    current: Box<[usize]>,
-    /// Levels in the hierarchy.
-    depth: usize,
-    /// Entries inserted or handed out since the early cascade last ran: its budget.
-    work: u32,
-    slab: Slab<T>,
+    /// Every slot's entries, in chunks from one pool.
+    chunks: Chunks<T>,
     geometry: Geometry,
     now: u64,
+    /// Entries held.
+    len: usize,
+    /// Entries inserted or handed out since the early cascade last ran: its budget. Inserts
+    /// only count; the cascade runs on the way to handing entries out.
+    work: u32,
+    /// Where [`Wheel::retain`] goes on.
+    retain: Cursor,
+    /// Room for a chunk's worth of entries, for moving them a chunk at a time.
+    scratch: Vec<Entry<T>>,
 }
 
-/// Bits per level for `slots` slots (rounded up to a power of two; one slot becomes two).
-fn slot_bits(slots: usize) -> u32 {
-    slots.next_power_of_two().trailing_zeros().max(1)
+/// A position of [`Wheel::retain`]: rotation `rotation % 2` of level `rotation / 2` (by where
+/// it is stored), the slot there, and where in that slot it stopped, if it stopped inside one.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cursor {
+    rotation: usize,
+    slot: usize,
+    resume: Option<Resume>,
 }
 
 /// What falls due next: a slot of a level's current rotation, or the start of a level's next
@@ -101,13 +96,28 @@ enum Due {
 /// keep ahead of either.
 const EARLY_PER_OPERATION: usize = 2;
 
-impl<T> Default for Wheel<T> {
+/// Entries handed out between two runs of the early cascade while one advance hands out many:
+/// often enough that no run moves more than a few dozen entries per level, seldom enough that
+/// looking at every level costs little. (Every advance also runs it once, with whatever the
+/// inserts since earned.)
+const EARLY_EVERY: u32 = 32;
+
+/// The partly filled chunks [`Wheel::try_reserve`] makes room for, per slot of a level: one in
+/// each slot of the two rotations of levels 0 and 1, which are all a dense wheel keeps busy at
+/// once...
+const PARTLY_FILLED_PER_SLOT: usize = 4;
+
+/// ...and this many more: the few slots of the levels above, the slots the early cascade and
+/// a hand-out are taking from (a partly used chunk at their front), and `retain`'s.
+const PARTLY_FILLED_BEYOND: usize = 64;
+
+impl<T: Copy> Default for Wheel<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> Wheel<T> {
+impl<T: Copy> Wheel<T> {
     /// Slots per level of [`Wheel::new`], as in Linux and tokio: 11 levels cover all of `u64`.
     pub const DEFAULT_SLOTS: usize = 64;
 
@@ -116,7 +126,7 @@ impl<T> Wheel<T> {
 
     /// An empty wheel at tick 0 with [`Wheel::DEFAULT_SLOTS`] slots per level.
     pub fn new() -> Self {
-        Self::build(Geometry::new(6), 0)
+        Self::build(Geometry::for_slots(Self::DEFAULT_SLOTS))
     }
 
     /// An empty wheel at tick 0 with `slots` slots per level, rounded up to a power of two
@@ -124,98 +134,106 @@ impl<T> Wheel<T> {
     ///
     /// ```
     /// # use wheel_core::Wheel;
-    /// assert_eq!(Wheel::<()>::with_slots(500).unwrap().slots_per_level(), 512);
-    /// assert!(Wheel::<()>::with_slots(0).is_err());
+    /// assert_eq!(Wheel::<u64>::with_slots(500).unwrap().slots_per_level(), 512);
+    /// assert!(Wheel::<u64>::with_slots(0).is_err());
     /// ```
     pub fn with_slots(slots: usize) -> Result<Self, InvalidSlots> {
         if slots == 0 || slots > Self::MAX_SLOTS {
             return Err(InvalidSlots(slots));
         }
-        Ok(Self::build(Geometry::new(slot_bits(slots)), 0))
+        Ok(Self::build(Geometry::for_slots(slots)))
     }
 
-    /// Bytes that `Wheel::with_slots(slots)` followed by `reserve(entries)` allocates: each
-    /// level's slot table and bitmap, and `entries` places (slab nodes, in whole chunks, and
-    /// their room in the stack of vacant places). What grows later as entries are placed (the
-    /// slots' arrays of references, 4 bytes an entry) is not counted. For sizing wheels before
-    /// building them; `slots` outside `1..=MAX_SLOTS` counts as the nearest bound.
-    ///
-    /// ```
-    /// # use wheel_core::Wheel;
-    /// let empty = Wheel::<u64>::reserved_bytes(64, 0);
-    /// let full = Wheel::<u64>::reserved_bytes(64, 1_000_000);
-    /// assert!(full - empty >= 1_000_000 * (8 + Wheel::<u64>::entry_footprint()));
-    /// ```
-    pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
-        let geometry = Geometry::new(slot_bits(slots.clamp(1, Self::MAX_SLOTS)));
-        let depth = geometry.levels();
-        let levels = 2 * depth * (std::mem::size_of::<Level>() + Level::bytes(geometry.slots()))
-            + depth * std::mem::size_of::<usize>();
-        levels.saturating_add(Slab::<T>::bytes_for(entries))
-    }
-
-    fn build(geometry: Geometry, capacity: usize) -> Self {
-        let depth = geometry.levels();
+    fn build(geometry: Geometry) -> Self {
         Wheel {
-            levels: (0..2 * depth)
-                .map(|number| Level::new(number, geometry.slots()))
+            levels: (0..geometry.levels())
+                .map(|_| Level::new(geometry.slots()))
                 .collect(),
-            current: (0..depth).collect(),
-            depth,
-            work: 0,
-            slab: Slab::with_capacity(capacity),
+            chunks: Chunks::default(),
             geometry,
             now: 0,
+            len: 0,
+            work: 0,
+            retain: Cursor::default(),
+            scratch: Vec::with_capacity(CHUNK),
         }
     }
 
-    /// Reserves room for `additional` more entries than are live now, so inserts up to there
-    /// do not allocate. The room is written as well as allocated, so the kernel supplies its
-    /// pages now rather than one at a time during the inserts: on a VM where a fresh page
-    /// costs microseconds, that is the difference between a steady burst and a stalling one.
+    /// Bytes one entry takes in its slot's array: the entry itself, inline. (Chunk headers add
+    /// 16 bytes per 63 entries, and each busy slot has a partly filled chunk at its ends:
+    /// [`Wheel::reserved_bytes`] counts those.)
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 16);
+    /// ```
+    pub fn entry_footprint() -> usize {
+        size_of::<Entry<T>>()
+    }
+
+    /// Chunks that hold `entries` entries, plus room for as many partly filled chunks as a
+    /// dense wheel has at once (never more than one per entry: each holds one at least).
+    fn chunks_for(slots: usize, entries: usize) -> usize {
+        let partly_filled = PARTLY_FILLED_PER_SLOT * slots + PARTLY_FILLED_BEYOND;
+        entries
+            .div_ceil(CHUNK)
+            .saturating_add(entries.min(partly_filled))
+    }
+
+    /// Bytes a wheel built with `Wheel::with_slots(slots)` takes once `try_reserve(entries)` has
+    /// made its room: each level's slot tables and bitmaps, and the chunks for `entries`
+    /// (whole blocks of them). Exactly what [`Wheel::allocated_bytes`] reports for such a
+    /// wheel. For sizing wheels before building them; `slots` outside `1..=MAX_SLOTS` counts
+    /// as the nearest bound.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let mut wheel = Wheel::<u64>::with_slots(64).unwrap();
+    /// wheel.try_reserve(100_000).unwrap();
+    /// assert_eq!(wheel.allocated_bytes(), Wheel::<u64>::reserved_bytes(64, 100_000));
+    /// ```
+    pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
+        let geometry = Geometry::for_slots(slots.clamp(1, Self::MAX_SLOTS));
+        let tables = geometry.levels() * (size_of::<Level>() + Level::bytes(geometry.slots()))
+            + CHUNK * size_of::<Entry<T>>();
+        tables.saturating_add(Chunks::<T>::bytes_for(Self::chunks_for(
+            geometry.slots(),
+            entries,
+        )))
+    }
+
+    /// Bytes the wheel has allocated: slot tables, bitmaps and chunks, in use or spare.
+    pub fn allocated_bytes(&self) -> usize {
+        let slots = self.geometry.slots();
+        self.levels.len() * (size_of::<Level>() + Level::bytes(slots))
+            + self.scratch.capacity() * size_of::<Entry<T>>()
+            + self.chunks.allocated_bytes()
+    }
+
+    /// Makes room for `additional` more entries, so that inserting them, and cascading them
+    /// down the levels later, takes chunks from the pool instead of allocating: enough chunks
+    /// for the entries themselves, 63 to a chunk, and for the partly filled chunks at the ends
+    /// of the slots they land in, up to `4 × slots + 64` of them (every slot of the two
+    /// rotations of levels 0 and 1, and a few more). A wheel whose entries are spread thinner
+    /// than that over more slots may still allocate a chunk now and then. The room is written as well as allocated, so the kernel supplies its pages
+    /// now rather than one at a time during the inserts. Room allocated before a failure stays;
+    /// the entries are as they were.
     ///
     /// ```
     /// # use wheel_core::Wheel;
     /// let mut wheel = Wheel::new();
-    /// wheel.reserve(100_000);
-    /// let capacity = wheel.capacity();
+    /// wheel.try_reserve(100_000).unwrap();
+    /// let bytes = wheel.allocated_bytes();
     /// for i in 0..100_000 {
-    ///     wheel.insert(i, ());
+    ///     wheel.insert(i, i);
     /// }
-    /// assert_eq!(wheel.capacity(), capacity);
-    /// ```
-    ///
-    /// # Panics
-    /// When that would take more than `u32::MAX - 1` places.
-    pub fn reserve(&mut self, additional: usize) {
-        self.slab.reserve(additional);
-    }
-
-    /// [`Wheel::reserve`] that reports failure instead of aborting the process: the allocator
-    /// refusing the memory, or more than `u32::MAX` places (a capacity overflow). On an
-    /// error the wheel's entries are as they were; room allocated before the failure stays.
-    ///
-    /// ```
-    /// # use wheel_core::Wheel;
-    /// let mut wheel = Wheel::<()>::new();
-    /// assert!(wheel.try_reserve(1000).is_ok());
-    /// assert!(wheel.capacity() >= 1000);
-    /// assert!(wheel.try_reserve(u32::MAX as usize + 1).is_err());
+    /// assert_eq!(wheel.advance(u64::MAX).count(), 100_000);
+    /// assert_eq!(wheel.allocated_bytes(), bytes);
+    /// assert!(wheel.try_reserve(usize::MAX).is_err());
     /// ```
     pub fn try_reserve(&mut self, additional: usize) -> Result<(), TryReserveError> {
-        self.slab.try_reserve(additional)
-    }
-
-    /// Bytes of bookkeeping one entry costs beside its `T`: its slab node, and its place in
-    /// the slab's stack of vacant nodes (for footprint tests).
-    #[doc(hidden)]
-    pub fn entry_footprint() -> usize {
-        std::mem::size_of::<Node<T>>() - std::mem::size_of::<T>() + std::mem::size_of::<u32>()
-    }
-
-    /// How many entries fit without allocating.
-    pub fn capacity(&self) -> usize {
-        self.slab.capacity()
+        let chunks = Self::chunks_for(self.geometry.slots(), additional);
+        self.chunks.try_reserve_spare(chunks)
     }
 
     /// Slots on each level (a power of two).
@@ -225,142 +243,54 @@ impl<T> Wheel<T> {
 
     /// The number of levels: enough that every `u64` deadline has one.
     pub fn levels(&self) -> usize {
-        self.depth
+        self.levels.len()
     }
 
-    /// The wheel's clock: the latest tick it has been fully advanced to.
+    /// The wheel's clock: the latest tick it has been advanced to.
     pub fn now(&self) -> u64 {
         self.now
     }
 
-    /// The number of live entries.
+    /// The number of entries held, including any the caller considers stale until
+    /// [`Wheel::retain`] removes them or they are handed out.
     pub fn len(&self) -> usize {
-        self.slab.len()
+        self.len
     }
 
-    /// Whether no entry is live.
+    /// Whether the wheel holds no entry.
     pub fn is_empty(&self) -> bool {
-        self.slab.len() == 0
+        self.len == 0
     }
 
-    /// Adds `value`, due at tick `deadline`. A deadline at or before [`Wheel::now`] is handed out
-    /// by the next advance. O(1); no allocation once the slab has room.
-    ///
-    /// # Panics
-    /// Only when `u32::MAX` entries would be live at once.
-    pub fn insert(&mut self, deadline: u64, value: T) -> TimerKey {
+    /// Adds `value`, due at tick `deadline`: any `u64`; one at or before [`Wheel::now`] is
+    /// handed out by the next advance. O(1): an append to the slot's array, no allocation
+    /// while the pool has a chunk.
+    #[inline]
+    pub fn insert(&mut self, deadline: u64, value: T) {
         let (level, slot) = self.geometry.place(self.now, deadline);
-        let current = &mut self.levels[self.current[level]];
-        let key = self
-            .slab
-            .insert(deadline, value, |index| current.push_back(slot, index));
+        self.levels[level]
+            .current_mut()
+            .push(&mut self.chunks, slot, Entry { deadline, value });
+        self.len += 1;
+        // Earned here, spent when advancing: an insert stays an append.
         self.work = self.work.saturating_add(1);
-        key
-    }
-
-    /// Removes the entry `key` names and returns its value, or `None` when the key is stale.
-    pub fn remove(&mut self, key: TimerKey) -> Option<T> {
-        let (value, level, slot) = self.slab.remove(key)?;
-        self.levels[level as usize].unlink(&mut self.slab, slot as usize);
-        Some(value)
-    }
-
-    /// Moves a live entry to a new deadline, earlier or later; its key stays valid.
-    ///
-    /// Postponing (a deadline at or after the current one: the idle timeout pushed back on
-    /// every message) only writes the new deadline: the entry stays in its slot, which starts
-    /// no later than the old deadline, and is placed again when that slot is reached. So a
-    /// timeout pushed back a thousand times moves once, and the key's node is the only memory
-    /// touched. Bringing a deadline forward moves the entry at once.
-    pub fn reschedule(&mut self, key: TimerKey, deadline: u64) -> Result<(), StaleKey> {
-        let index = self.slab.resolve(key).ok_or(StaleKey(key))?;
-        let node = self.slab.node_mut(index);
-        if deadline >= node.deadline {
-            node.deadline = deadline;
-            return Ok(());
-        }
-        self.unlink(index);
-        self.slab.node_mut(index).deadline = deadline;
-        self.link(index);
-        Ok(())
-    }
-
-    /// The deadline of a live entry.
-    pub fn deadline(&self, key: TimerKey) -> Option<u64> {
-        let index = self.slab.resolve(key)?;
-        Some(self.slab.node(index).deadline)
-    }
-
-    /// Whether `key` names a live entry.
-    pub fn contains(&self, key: TimerKey) -> bool {
-        self.slab.resolve(key).is_some()
-    }
-
-    /// The value of a live entry.
-    pub fn get(&self, key: TimerKey) -> Option<&T> {
-        let index = self.slab.resolve(key)?;
-        self.slab.node(index).value()
-    }
-
-    /// The value of a live entry, to change in place.
-    pub fn get_mut(&mut self, key: TimerKey) -> Option<&mut T> {
-        let index = self.slab.resolve(key)?;
-        self.slab.node_mut(index).value_mut()
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
-    /// nothing. Exact when that slot is on level 0 and nothing in it was postponed; a slot on
-    /// a higher level, or one whose entries were all postponed, only promises that nothing is
-    /// due before it (advancing to it places its entries again, further on). Never below
-    /// [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of empty slots.
+    /// nothing. Exact when that slot is on level 0; a slot on a higher level only promises
+    /// that nothing is due before it (advancing to it cascades its entries, further on).
+    /// Never below [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of
+    /// empty slots.
     pub fn next_expiration(&self) -> Option<u64> {
         self.next_due().map(|(start, _)| start)
     }
 
-    /// Hands out one entry whose deadline is at or before `now`, or `None` when none is left;
-    /// the clock then moves to `now`. Entries come out in the order their slots fall due. A
-    /// `now` below [`Wheel::now`] counts as [`Wheel::now`]: the clock never goes back.
-    pub fn poll(&mut self, now: u64) -> Option<Entry<T>> {
-        self.next_due_entry(now).map(|(_, entry)| entry)
-    }
-
-    /// The next entry due by `now` and the level-0 slot it came from. A due slot can turn out
-    /// to hold only postponed entries, which [`Wheel::hand_out`] places again: then the next
-    /// due slot is tried.
-    fn next_due_entry(&mut self, now: u64) -> Option<(usize, Entry<T>)> {
-        loop {
-            let slot = self.due_slot(now)?;
-            if let Some(entry) = self.hand_out(slot) {
-                return Some((slot, entry));
-            }
-        }
-    }
-
-    /// The level-0 slot to hand out from next if one is due by `now`, after cascading every
-    /// higher slot due before it; the clock moves to that slot's tick, or to `now` when
-    /// nothing is due.
-    fn due_slot(&mut self, now: u64) -> Option<usize> {
-        // Entries due in the past wait in the slot starting at the clock: a `now` below the
-        // clock must still reach them.
-        let now = now.max(self.now);
-        self.cascade_early();
-        loop {
-            let Some((start, due)) = self.next_due().filter(|&(s, _)| s <= now) else {
-                self.now = self.now.max(now);
-                return None;
-            };
-            self.now = self.now.max(start);
-            match due {
-                Due::Slot { level: 0, slot } => return Some(slot),
-                Due::Slot { level, slot } => self.cascade(level, slot),
-                Due::Rotation { level } => self.next_rotation(level),
-            }
-        }
-    }
-
-    /// Hands out, lazily, every entry whose deadline is at or before `now`. Stop early (with
+    /// Hands out, lazily, every entry whose deadline is at or before `now`, and never one
+    /// due later. Entries come out in the order their slots fall due, so in deadline order
+    /// across ticks, and in the order they were inserted within a tick. Stop early (with
     /// `take(budget)` or by dropping the iterator) to bound one pass: what is left stays due and
-    /// comes out on the next call.
+    /// comes out on the next call. A `now` below [`Wheel::now`] counts as [`Wheel::now`]: the
+    /// clock never goes back.
     ///
     /// ```
     /// # use wheel_core::Wheel;
@@ -379,36 +309,145 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Removes and hands out every live entry, due or not, in slab order (for shutdown). The
-    /// clock stays where it is. Dropping the iterator early drops the entries not yet handed out;
-    /// forgetting it (`mem::forget`) leaves the rest in the wheel, consistent.
+    /// Removes and hands out every entry, due or not, in no particular order (for shutdown).
+    /// The clock stays where it is. Dropping the iterator early removes the entries not handed
+    /// out yet all the same.
     pub fn drain(&mut self) -> Drain<'_, T> {
         Drain {
             wheel: self,
-            cursor: 0,
+            rotation: 0,
+            slot: 0,
         }
     }
 
-    /// Places node `index` by its deadline, relative to the clock (one lookup of the node: this
-    /// runs for every insert and every cascaded entry).
-    fn link(&mut self, index: u32) {
-        let node = self.slab.node_mut(index);
-        let (level, slot) = self.geometry.place(self.now, node.deadline);
-        let current = &mut self.levels[self.current[level]];
-        let (level, slot, pos) = current.push_back(slot, index);
-        node.place(level, slot, pos);
+    /// Incremental compaction: examines up to `budget` entries, going on where the previous
+    /// call stopped, and removes those for which `keep(deadline, &value)` is false; the others
+    /// stay where they are, in order. Returns how many it examined.
+    ///
+    /// Calls walk the wheel's slots in a fixed order, from the first to the last and round
+    /// again. A call returns less than `budget` only when it reached the end of that order: the
+    /// calls since the previous such return examined, together, every entry that stayed in its
+    /// slot meanwhile, once each (an entry that moved, cascading to a lower level or into
+    /// another rotation, may be seen twice or wait for the next round). No call costs more
+    /// than O(`budget`), plus O(levels × slots / 64) for skipping empty slots, plus moving one
+    /// chunk's worth (63) of entries: the entries kept move down into the room the removed
+    /// ones left, so the chunks this empties go back to the pool.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let mut wheel = Wheel::new();
+    /// for i in 0..1000u64 {
+    ///     wheel.insert(i, i);
+    /// }
+    /// let mut examined = 0;
+    /// loop {
+    ///     let n = wheel.retain(64, |_, &value| value % 2 == 0);
+    ///     examined += n;
+    ///     if n < 64 {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!((examined, wheel.len()), (1000, 500));
+    /// ```
+    pub fn retain(&mut self, budget: usize, mut keep: impl FnMut(u64, &T) -> bool) -> usize {
+        self.retain_with::<false>(budget, &mut |_| {}, &mut keep)
     }
 
-    /// Takes node `index` out of its slot: the node forgets its place first, so its reference
-    /// there reads as stale (see `SlotList`) and the array itself is not touched.
-    fn unlink(&mut self, index: u32) {
-        let (level, slot) = self.slab.detach(index);
-        self.levels[level as usize].unlink(&mut self.slab, slot as usize);
+    /// [`Wheel::retain`], calling `prefetch(&value)` on the entry about a dozen ahead of the one
+    /// `keep` is called on: a caller whose `keep` reads memory that is likely cold (the record
+    /// a reference points to) can start loading it there, so the misses of consecutive entries
+    /// overlap instead of queueing.
+    pub fn retain_prefetched(
+        &mut self,
+        budget: usize,
+        mut prefetch: impl FnMut(&T),
+        mut keep: impl FnMut(u64, &T) -> bool,
+    ) -> usize {
+        self.retain_with::<true>(budget, &mut prefetch, &mut keep)
     }
 
-    /// The `Level` holding `level`'s next rotation: the one of its two that is not current.
-    fn upcoming(&self, level: usize) -> usize {
-        2 * level + self.depth - self.current[level]
+    fn retain_with<const PREFETCH: bool>(
+        &mut self,
+        budget: usize,
+        prefetch: &mut impl FnMut(&T),
+        keep: &mut impl FnMut(u64, &T) -> bool,
+    ) -> usize {
+        let mut examined = 0;
+        let rotations = 2 * self.levels.len();
+        while examined < budget {
+            let cursor = self.retain;
+            let rotation = self.levels[cursor.rotation / 2].rotation_mut(cursor.rotation % 2);
+            let Some(slot) = rotation.next_occupied(cursor.slot) else {
+                self.retain = Cursor {
+                    rotation: cursor.rotation + 1,
+                    slot: 0,
+                    resume: None,
+                };
+                if self.retain.rotation == rotations {
+                    // The end of the order: a round is complete.
+                    self.retain.rotation = 0;
+                    break;
+                }
+                continue;
+            };
+            let resume = cursor.resume.filter(|_| slot == cursor.slot);
+            let done = rotation.retain_slot::<T, PREFETCH>(
+                &mut self.chunks,
+                slot,
+                resume,
+                budget - examined,
+                prefetch,
+                keep,
+            );
+            examined += done.examined;
+            self.len -= done.removed;
+            self.retain = match done.resume {
+                Some(resume) => Cursor {
+                    slot,
+                    resume: Some(resume),
+                    ..cursor
+                },
+                None => Cursor {
+                    slot: slot + 1,
+                    resume: None,
+                    ..cursor
+                },
+            };
+        }
+        examined
+    }
+
+    /// Counts one entry handed out towards the early cascade, and runs the cascade once the
+    /// entries inserted or handed out since it last ran reach [`EARLY_EVERY`], so a long
+    /// hand-out interleaves it in small runs.
+    #[inline]
+    fn count_work(&mut self) {
+        self.work = self.work.saturating_add(1);
+        if self.work >= EARLY_EVERY {
+            self.cascade_early();
+        }
+    }
+
+    /// The level-0 slot to hand out from next if one is due by `now`, after cascading every
+    /// higher slot due before it and turning every rotation that began; the clock moves to
+    /// that slot's tick, or to `now` when nothing is due.
+    fn due_slot(&mut self, now: u64) -> Option<usize> {
+        // Entries due in the past wait in the slot starting at the clock: a `now` below the
+        // clock must still reach them.
+        let now = now.max(self.now);
+        self.cascade_early();
+        loop {
+            let Some((start, due)) = self.next_due().filter(|&(s, _)| s <= now) else {
+                self.now = now;
+                return None;
+            };
+            self.now = self.now.max(start);
+            match due {
+                Due::Slot { level: 0, slot } => return Some(slot),
+                Due::Slot { level, slot } => self.cascade(level, slot),
+                Due::Rotation { level } => self.levels[level].turn(),
+            }
+        }
     }
 
     /// What falls due first, and when: the earliest occupied slot of any level's current
@@ -421,89 +460,103 @@ impl<T> Wheel<T> {
                 first = Some((start, due));
             }
         };
-        for level in 0..self.depth {
-            let from = self.geometry.slot_for(level, self.now);
-            if let Some(slot) = self.levels[self.current[level]].next_occupied(from) {
-                let start = self.geometry.slot_start(level, slot, self.now);
-                consider(start, Due::Slot { level, slot });
+        for (number, level) in self.levels.iter().enumerate() {
+            let from = self.geometry.slot_for(number, self.now);
+            if let Some(slot) = level.current().next_occupied(from) {
+                let start = self.geometry.slot_start(number, slot, self.now);
+                consider(
+                    start,
+                    Due::Slot {
+                        level: number,
+                        slot,
+                    },
+                );
             }
-            if !self.levels[self.upcoming(level)].is_empty() {
-                if let Some(start) = self.geometry.next_rotation(level, self.now) {
-                    consider(start, Due::Rotation { level });
+            if !level.upcoming().is_empty() {
+                if let Some(start) = self.geometry.next_rotation(number, self.now) {
+                    consider(start, Due::Rotation { level: number });
                 }
             }
         }
         first
     }
 
-    /// Takes the next entry of level-0 slot `slot`, if any, and counts it for the early
-    /// cascade's budget. An entry postponed since it was placed is placed again, further on,
-    /// instead of handed out.
+    /// Takes the next entry of level-0 slot `slot`, if any.
+    #[inline]
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
-        loop {
-            let index = self.levels[self.current[0]].pop_front(&self.slab, slot)?;
-            if self.slab.node(index).deadline > self.now {
-                self.link(index);
-                continue;
-            }
-            self.work = self.work.saturating_add(1);
-            return Some(self.slab.take(index));
-        }
+        let entry = self.levels[0]
+            .current_mut()
+            .pop_front(&mut self.chunks, slot)?;
+        debug_assert!(entry.deadline <= self.now, "handed out early");
+        self.len -= 1;
+        self.count_work();
+        Some(entry)
     }
 
-    /// Moves every entry of a due slot on a higher level down to where it belongs now.
+    /// Moves every entry of a due slot on a higher level down to where it belongs now, a
+    /// chunk at a time; each chunk goes back to the pool once copied out, so the slots it fills
+    /// reuse it.
     fn cascade(&mut self, level: usize, slot: usize) {
-        let current = self.current[level];
-        let mut taken = self.levels[current].take(slot);
-        while let Some(index) = taken.next_live(&self.slab) {
-            self.link(index);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut id = self.levels[level].current_mut().take(slot);
+        while id != NIL {
+            let chunk = self.chunks.get(id);
+            scratch.clear();
+            scratch.extend_from_slice(chunk.live());
+            let next = chunk.next();
+            self.chunks.release(id);
+            for &entry in &scratch {
+                let (level, slot) = self.geometry.place(self.now, entry.deadline);
+                self.levels[level]
+                    .current_mut()
+                    .push(&mut self.chunks, slot, entry);
+            }
+            id = next;
         }
-        self.levels[current].restore(taken);
-    }
-
-    /// The clock reached the start of `level`'s next rotation, which the early cascade filled
-    /// in: it becomes the current one. The old one is empty: all of it was due before.
-    fn next_rotation(&mut self, level: usize) {
-        debug_assert!(self.levels[self.current[level]].is_empty());
-        self.current[level] = self.upcoming(level);
+        self.scratch = scratch;
     }
 
     /// The early cascade: a wheel that cascades a slot only when it falls due stalls for as
     /// long as moving all of it takes, and a slot high up can hold millions of entries (every
     /// timer due in a 4-second stretch, at level 2 of a 1 ms wheel), during which nothing is
     /// handed out. Instead, each level moves the entries of its next slot, a few for every
-    /// entry inserted or handed out, into the next rotation of the level below (that level's
-    /// second `Level`), where they are found when that rotation begins. Entries inserted
-    /// meanwhile go to the slot as usual and are moved when their turn comes; what is left when
-    /// the slot falls due is cascaded then.
+    /// entry inserted or handed out, into the next rotation of the level below, where they
+    /// are found when that rotation begins. Entries inserted meanwhile go to the slot as usual
+    /// and are moved when their turn comes; what is left when the slot falls due is cascaded
+    /// then.
     fn cascade_early(&mut self) {
         let budget = std::mem::take(&mut self.work) as usize * EARLY_PER_OPERATION;
         if budget == 0 {
             return;
         }
-        for level in 1..self.depth {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        for level in 1..self.levels.len() {
             let next = self.geometry.slot_for(level, self.now) + 1;
-            let from = self.current[level];
-            if next >= self.geometry.slots() || !self.levels[from].is_occupied(next) {
+            if next >= self.geometry.slots() || !self.levels[level].current().is_occupied(next) {
                 continue;
             }
-            let below = level - 1;
-            let into = self.upcoming(below);
-            for _ in 0..budget {
-                let Some(index) = self.levels[from].pop_front(&self.slab, next) else {
+            let (below, from) = self.levels.split_at_mut(level);
+            let (from, into) = (from[0].current_mut(), below[level - 1].upcoming_mut());
+            let mut left = budget;
+            while left > 0 {
+                scratch.clear();
+                let moved = from.take_front(&mut self.chunks, next, left, &mut scratch);
+                if moved == 0 {
                     break;
-                };
-                let node = self.slab.node_mut(index);
-                let slot = self.geometry.slot_for(below, node.deadline);
-                let (level, slot, pos) = self.levels[into].push_back(slot, index);
-                node.place(level, slot, pos);
+                }
+                left -= moved;
+                for &entry in &scratch {
+                    let slot = self.geometry.slot_for(level - 1, entry.deadline);
+                    into.push(&mut self.chunks, slot, entry);
+                }
             }
         }
+        self.scratch = scratch;
     }
 }
 
 /// The iterator of [`Wheel::advance`].
-pub struct Advance<'a, T> {
+pub struct Advance<'a, T: Copy> {
     wheel: &'a mut Wheel<T>,
     now: u64,
     /// The due level-0 slot being handed out. Nothing else can touch the wheel while the
@@ -511,78 +564,152 @@ pub struct Advance<'a, T> {
     draining: Option<usize>,
 }
 
-impl<T> Iterator for Advance<'_, T> {
+impl<T: Copy> Iterator for Advance<'_, T> {
+    type Item = Entry<T>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Entry<T>> {
+        if let Some(entry) = self.draining.and_then(|slot| self.wheel.hand_out(slot)) {
+            return Some(entry);
+        }
+        self.draining = self.wheel.due_slot(self.now);
+        self.wheel.hand_out(self.draining?)
+    }
+}
+
+impl<T: Copy> FusedIterator for Advance<'_, T> {}
+
+/// The iterator of [`Wheel::drain`].
+pub struct Drain<'a, T: Copy> {
+    wheel: &'a mut Wheel<T>,
+    /// The rotation being emptied, numbered as `Cursor` numbers them, and the slot there.
+    rotation: usize,
+    slot: usize,
+}
+
+impl<T: Copy> Iterator for Drain<'_, T> {
     type Item = Entry<T>;
 
     fn next(&mut self) -> Option<Entry<T>> {
         let wheel = &mut *self.wheel;
-        if let Some(entry) = self.draining.and_then(|slot| wheel.hand_out(slot)) {
-            return Some(entry);
-        }
-        let (slot, entry) = match wheel.next_due_entry(self.now) {
-            Some(due) => due,
-            None => {
-                self.draining = None;
-                return None;
+        while self.rotation < 2 * wheel.levels.len() {
+            let rotation = wheel.levels[self.rotation / 2].rotation_mut(self.rotation % 2);
+            match rotation.next_occupied(self.slot) {
+                Some(slot) => {
+                    self.slot = slot;
+                    let entry = rotation.pop_front(&mut wheel.chunks, slot);
+                    wheel.len -= 1;
+                    return entry;
+                }
+                None => {
+                    self.rotation += 1;
+                    self.slot = 0;
+                }
             }
-        };
-        self.draining = Some(slot);
-        Some(entry)
-    }
-}
-
-/// The iterator of [`Wheel::drain`].
-pub struct Drain<'a, T> {
-    wheel: &'a mut Wheel<T>,
-    cursor: u32,
-}
-
-impl<T> Iterator for Drain<'_, T> {
-    type Item = Entry<T>;
-
-    fn next(&mut self) -> Option<Entry<T>> {
-        let index = self.wheel.slab.next_live(self.cursor)?;
-        self.cursor = index + 1;
-        // Unlinked one by one rather than clearing every level up front, so the wheel stays
-        // whole however the iterator ends.
-        self.wheel.unlink(index);
-        Some(self.wheel.slab.take(index))
+        }
+        None
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let len = self.wheel.len();
-        (len, Some(len))
+        (self.wheel.len, Some(self.wheel.len))
     }
 }
 
-impl<T> Drop for Drain<'_, T> {
+impl<T: Copy> ExactSizeIterator for Drain<'_, T> {}
+
+impl<T: Copy> FusedIterator for Drain<'_, T> {}
+
+impl<T: Copy> Drop for Drain<'_, T> {
     fn drop(&mut self) {
-        self.for_each(drop);
-    }
-}
-
-impl<T: Clone> Clone for Wheel<T> {
-    fn clone(&self) -> Self {
-        Wheel {
-            levels: self.levels.clone(),
-            current: self.current.clone(),
-            depth: self.depth,
-            work: self.work,
-            slab: self.slab.clone(),
-            geometry: self.geometry,
-            now: self.now,
+        let wheel = &mut *self.wheel;
+        for level in wheel.levels.iter_mut() {
+            for which in 0..2 {
+                level.rotation_mut(which).clear(&mut wheel.chunks);
+            }
         }
+        wheel.len = 0;
     }
 }
 
-impl<T> fmt::Debug for Wheel<T> {
+impl<T: Copy> fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Wheel")
             .field("now", &self.now)
-            .field("len", &self.len())
+            .field("len", &self.len)
             .field("slots_per_level", &self.slots_per_level())
             .field("levels", &self.levels())
             .field("next_expiration", &self.next_expiration())
+            .field("chunks", &self.chunks.total())
+            .field("spare_chunks", &self.chunks.spare())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The crate docs' worked example, step by step, on the wheel itself.
+    #[test]
+    fn worked_example_from_the_crate_doc() {
+        let mut wheel = Wheel::new();
+        wheel.insert(5000, 42u32);
+        let at = |wheel: &Wheel<u32>, level: usize| {
+            let rotation = wheel.levels[level].current();
+            (0..64).find(|&s| rotation.is_occupied(s))
+        };
+        assert_eq!(at(&wheel, 2), Some(1), "level 2, slot 1");
+        assert_eq!(wheel.next_expiration(), Some(4096));
+        assert_eq!(wheel.advance(4096).count(), 0);
+        assert_eq!(at(&wheel, 1), Some(14), "level 1, slot 14");
+        assert_eq!(wheel.next_expiration(), Some(4992));
+        assert_eq!(wheel.advance(4992).count(), 0);
+        assert_eq!(at(&wheel, 0), Some(8), "level 0, slot 8");
+        assert_eq!(wheel.next_expiration(), Some(5000));
+        assert_eq!(wheel.advance(4999).count(), 0);
+        let out: Vec<_> = wheel.advance(5000).collect();
+        assert_eq!(
+            out,
+            [Entry {
+                deadline: 5000,
+                value: 42
+            }]
+        );
+    }
+
+    #[test]
+    fn an_early_cascade_moves_the_next_slot_into_the_next_rotation_below() {
+        let mut wheel = Wheel::new();
+        // Level 1, slot 1 (ticks 64..128), seen from tick 0: the next slot of level 1.
+        for i in 0..192u64 {
+            wheel.insert(64 + i % 64, i);
+        }
+        assert!(wheel.levels[1].current().is_occupied(1));
+        assert!(wheel.levels[0].upcoming().is_empty(), "inserts only earn");
+        // Each insert earned two moves; an advance spends them, even one with nothing due.
+        assert_eq!(wheel.advance(10).count(), 0);
+        assert!(!wheel.levels[1].current().is_occupied(1));
+        assert!(!wheel.levels[0].upcoming().is_empty());
+        assert_eq!(wheel.next_expiration(), Some(64));
+        let out: Vec<u64> = wheel.advance(64).map(|e| e.value).collect();
+        assert_eq!(out, [0, 64, 128]);
+    }
+
+    #[test]
+    fn a_cascade_gives_its_chunks_back_as_it_goes() {
+        let mut wheel = Wheel::new();
+        let n = 20 * CHUNK as u64;
+        for i in 0..n {
+            wheel.insert(5_000_000 + i % 7, i); // level 3, slot 19: not the next slot
+        }
+        assert!(wheel.levels[3].current().is_occupied(19));
+        let before = wheel.chunks.total();
+        assert_eq!(wheel.advance(5_000_006).count() as u64, n);
+        assert_eq!(
+            wheel.chunks.total(),
+            before,
+            "cascading allocated nothing more"
+        );
+        assert_eq!(wheel.chunks.spare(), wheel.chunks.total());
     }
 }

@@ -1,10 +1,15 @@
 //! Unit tests for the edges of `Wheel`'s contract: the clock, past and extreme deadlines,
-//! budgets, rescheduling, stale keys, drain, geometry, cascades, ordering and footprint.
+//! budgets, drain, geometry, cascades (early ones included) and ordering, `retain`, and memory.
 
-use wheel_core::{Entry, StaleKey, TimerKey, Wheel};
+use std::collections::{BTreeMap, BTreeSet};
+
+use wheel_core::{Entry, Wheel};
+
+/// Entries per chunk of a slot's array (an implementation detail the tests aim around).
+const CHUNK: u64 = 63;
 
 /// The values `advance(now)` hands out, in order.
-fn due<T>(wheel: &mut Wheel<T>, now: u64) -> Vec<T> {
+fn due<T: Copy>(wheel: &mut Wheel<T>, now: u64) -> Vec<T> {
     wheel.advance(now).map(|e| e.value).collect()
 }
 
@@ -18,14 +23,25 @@ fn xorshift(mut state: u64) -> impl FnMut(u64) -> u64 {
     }
 }
 
-/// Asserts every operation on `key` reports it as stale.
-fn assert_stale<T: std::fmt::Debug>(wheel: &mut Wheel<T>, key: TimerKey) {
-    assert!(!wheel.contains(key));
-    assert_eq!(wheel.deadline(key), None);
-    assert!(wheel.get(key).is_none());
-    assert!(wheel.get_mut(key).is_none());
-    assert_eq!(wheel.reschedule(key, 7), Err(StaleKey(key)));
-    assert!(wheel.remove(key).is_none());
+/// Runs `retain` in calls of `budget` until a round ends, and returns what each call examined.
+fn retain_round<T: Copy + Ord>(
+    wheel: &mut Wheel<T>,
+    budget: usize,
+    mut keep: impl FnMut(u64, &T) -> bool,
+) -> Vec<Vec<(u64, T)>> {
+    let mut calls = Vec::new();
+    loop {
+        let mut seen = Vec::new();
+        let n = wheel.retain(budget, |deadline, value| {
+            seen.push((deadline, *value));
+            keep(deadline, value)
+        });
+        assert_eq!(n, seen.len());
+        calls.push(seen);
+        if n < budget {
+            return calls;
+        }
+    }
 }
 
 // --- the clock -----------------------------------------------------------------------------
@@ -46,7 +62,7 @@ fn clock_never_goes_back() {
     let mut wheel = Wheel::new();
     assert_eq!(due(&mut wheel, 100), Vec::<u32>::new());
     assert_eq!(wheel.now(), 100);
-    assert_eq!(wheel.poll(50), None);
+    assert_eq!(wheel.advance(50).next(), None);
     assert_eq!(wheel.now(), 100);
     wheel.insert(120, 1);
     assert!(due(&mut wheel, 0).is_empty());
@@ -58,10 +74,16 @@ fn clock_never_goes_back() {
 fn past_deadline_goes_out_on_next_advance() {
     let mut wheel = Wheel::new();
     wheel.advance(1_000).for_each(drop);
-    let key = wheel.insert(3, "late");
-    assert_eq!(wheel.deadline(key), Some(3));
+    wheel.insert(3, "late");
     assert_eq!(wheel.next_expiration(), Some(1_000));
-    assert_eq!(due(&mut wheel, 1_000), ["late"]);
+    let out: Vec<_> = wheel.advance(1_000).collect();
+    assert_eq!(
+        out,
+        [Entry {
+            deadline: 3,
+            value: "late"
+        }]
+    );
     assert!(wheel.is_empty());
 }
 
@@ -156,14 +178,8 @@ fn budget_of_one_within_a_single_slot() {
         wheel.insert(10, i);
     }
     for i in 0..5 {
-        assert_eq!(
-            wheel
-                .advance(10)
-                .take(1)
-                .map(|e| e.value)
-                .collect::<Vec<_>>(),
-            [i]
-        );
+        let out: Vec<_> = wheel.advance(10).take(1).map(|e| e.value).collect();
+        assert_eq!(out, [i]);
         assert_eq!(wheel.len(), 4 - i);
     }
 }
@@ -179,109 +195,37 @@ fn budgeted_leftovers_come_out_with_an_earlier_target() {
     assert_eq!(due(&mut wheel, 5), ['b']);
 }
 
-// --- reschedule ----------------------------------------------------------------------------
-
+/// A slot of several chunks handed out in takes that end anywhere, chunk edges included: each
+/// advance resumes exactly where the last one stopped.
 #[test]
-fn reschedule_later_earlier_and_into_the_past() {
-    let mut wheel = Wheel::new();
-    let key = wheel.insert(5_000, "x");
-    wheel.reschedule(key, 100_000).unwrap();
-    assert_eq!(wheel.deadline(key), Some(100_000));
-    assert!(due(&mut wheel, 99_999).is_empty());
-    wheel.reschedule(key, 100_050).unwrap();
-    wheel.reschedule(key, 99_999).unwrap();
-    assert_eq!(wheel.next_expiration(), Some(99_999));
-    wheel.reschedule(key, 7).unwrap();
-    assert_eq!(wheel.deadline(key), Some(7));
-    assert_eq!(wheel.next_expiration(), Some(99_999));
-    let out: Vec<Entry<&str>> = wheel.advance(99_999).collect();
-    assert_eq!(out.len(), 1);
-    assert_eq!((out[0].key, out[0].deadline, out[0].value), (key, 7, "x"));
-    assert_stale(&mut wheel, key);
-}
-
-#[test]
-fn a_postponed_entry_is_placed_again_when_its_old_slot_is_reached() {
-    let mut wheel = Wheel::new();
-    let a = wheel.insert(300, 'a');
-    wheel.insert(300, 'b');
-    wheel.reschedule(a, 300).unwrap();
-    assert_eq!(
-        due(&mut wheel, 300),
-        ['a', 'b'],
-        "the same deadline: nothing moves"
-    );
-    let c = wheel.insert(400, 'c');
-    wheel.reschedule(c, 100_000).unwrap();
-    assert_eq!(wheel.deadline(c), Some(100_000));
-    // Its old slot comes first (a wake-up with nothing due), then the real one.
-    assert!(wheel.next_expiration().unwrap() <= 400);
-    assert!(due(&mut wheel, 99_999).is_empty());
-    assert!(wheel.next_expiration().unwrap() > 400);
-    assert_eq!(due(&mut wheel, 100_000), ['c']);
-    assert!(wheel.is_empty());
-}
-
-#[test]
-fn reschedule_across_levels_keeps_the_key() {
-    let mut wheel = Wheel::with_slots(4).unwrap();
-    let key = wheel.insert(3, 0);
-    for d in [1 << 40, 2, u64::MAX, 17, 1 << 20] {
-        wheel.reschedule(key, d).unwrap();
-        assert_eq!(wheel.deadline(key), Some(d));
-        assert!(wheel.next_expiration().unwrap() <= d);
+fn advance_resumes_after_partial_takes_across_chunks() {
+    for take in [
+        1,
+        2,
+        CHUNK as usize - 1,
+        CHUNK as usize,
+        CHUNK as usize + 1,
+        100,
+    ] {
+        let mut wheel = Wheel::new();
+        let n = 5 * CHUNK + 7;
+        for i in 0..n {
+            wheel.insert(30, i);
+        }
+        wheel.insert(31, n);
+        let mut out = Vec::new();
+        loop {
+            let part: Vec<u64> = wheel.advance(30).take(take).map(|e| e.value).collect();
+            assert!(part.len() <= take);
+            if part.is_empty() {
+                break;
+            }
+            out.extend(part);
+            assert_eq!(wheel.now(), 30);
+        }
+        assert_eq!(out, (0..n).collect::<Vec<_>>(), "take {take}");
+        assert_eq!(due(&mut wheel, 31), [n]);
     }
-    assert!(due(&mut wheel, (1 << 20) - 1).is_empty());
-    assert_eq!(due(&mut wheel, 1 << 20), [0]);
-}
-
-// --- stale keys ----------------------------------------------------------------------------
-
-#[test]
-fn stale_key_never_touches_the_entry_reusing_its_place() {
-    let mut wheel = Wheel::new();
-    let old = wheel.insert(10, "old");
-    assert_eq!(wheel.remove(old), Some("old"));
-    let new = wheel.insert(20, "new");
-    assert_eq!(new.index(), old.index(), "the slab reuses the place");
-    assert_ne!(new.generation(), old.generation());
-    assert_stale(&mut wheel, old);
-    assert_eq!(wheel.deadline(new), Some(20));
-    assert_eq!(wheel.get(new), Some(&"new"));
-    assert_eq!(due(&mut wheel, 20), ["new"]);
-}
-
-#[test]
-fn keys_of_handed_out_and_drained_entries_are_stale() {
-    let mut wheel = Wheel::new();
-    let fired = wheel.insert(1, 1);
-    let drained = wheel.insert(1_000, 2);
-    assert_eq!(wheel.poll(1).map(|e| e.key), Some(fired));
-    let reused = wheel.insert(5, 3);
-    assert_eq!(reused.index(), fired.index());
-    assert_stale(&mut wheel, fired);
-    let mut drained_keys: Vec<_> = wheel.drain().map(|e| e.key).collect();
-    drained_keys.sort();
-    assert_eq!(drained_keys, [reused, drained]);
-    assert_stale(&mut wheel, drained);
-    assert_stale(&mut wheel, reused);
-}
-
-#[test]
-fn get_mut_edits_the_value_in_place() {
-    let mut wheel = Wheel::new();
-    let key = wheel.insert(3, String::from("a"));
-    wheel.get_mut(key).unwrap().push('b');
-    assert_eq!(due(&mut wheel, 3), ["ab"]);
-}
-
-#[test]
-fn key_round_trips_through_u64() {
-    let mut wheel = Wheel::new();
-    wheel.insert(1, ());
-    let key = wheel.insert(2, ());
-    assert_eq!(TimerKey::from_u64(key.to_u64()), key);
-    assert!(StaleKey(key).to_string().contains("stale"));
 }
 
 // --- drain ---------------------------------------------------------------------------------
@@ -290,18 +234,14 @@ fn key_round_trips_through_u64() {
 fn drain_hands_out_everything_with_its_deadline() {
     let mut wheel = Wheel::new();
     wheel.advance(10).for_each(drop);
-    let deadlines = [3, 10, 11, 5_000, 1 << 33, u64::MAX];
-    let keys: Vec<_> = deadlines.iter().map(|&d| wheel.insert(d, d)).collect();
-    let mut out: Vec<_> = wheel
-        .drain()
-        .map(|e| (e.key, e.deadline, e.value))
-        .collect();
-    out.sort_by_key(|&(_, d, _)| d);
-    let expected: Vec<_> = keys
-        .iter()
-        .zip(deadlines)
-        .map(|(&k, d)| (k, d, d))
-        .collect();
+    let deadlines = [3, 10, 11, 5_000, 1 << 33, u64::MAX, 11];
+    for (i, &d) in deadlines.iter().enumerate() {
+        wheel.insert(d, i);
+    }
+    let mut out: Vec<_> = wheel.drain().map(|e| (e.deadline, e.value)).collect();
+    out.sort();
+    let mut expected: Vec<_> = deadlines.iter().enumerate().map(|(i, &d)| (d, i)).collect();
+    expected.sort();
     assert_eq!(out, expected);
     assert!(wheel.is_empty());
     assert_eq!(wheel.next_expiration(), None);
@@ -309,34 +249,39 @@ fn drain_hands_out_everything_with_its_deadline() {
 }
 
 #[test]
-fn dropping_drain_early_leaves_an_empty_usable_wheel() {
+fn dropping_drain_early_empties_the_wheel_all_the_same() {
     let mut wheel = Wheel::new();
-    let keys: Vec<_> = (0..100u64).map(|i| wheel.insert(i * 37, i)).collect();
+    for i in 0..1_000u64 {
+        wheel.insert(i * 37, i);
+    }
     let mut drain = wheel.drain();
-    assert_eq!(drain.size_hint(), (100, Some(100)));
+    assert_eq!(drain.size_hint(), (1_000, Some(1_000)));
     assert_eq!(drain.by_ref().take(2).count(), 2);
-    assert_eq!(drain.size_hint(), (98, Some(98)));
+    assert_eq!(drain.len(), 998);
     drop(drain);
     assert!(wheel.is_empty());
     assert_eq!(wheel.next_expiration(), None);
     assert!(due(&mut wheel, u64::MAX - 1).is_empty());
-    for key in keys {
-        assert_stale(&mut wheel, key);
-    }
     wheel.insert(u64::MAX, 7);
     wheel.insert(u64::MAX - 1, 8);
     assert_eq!(due(&mut wheel, u64::MAX), [8, 7]);
 }
 
+/// A forgotten `Drain` leaves a consistent wheel: the entries it did not hand out are still
+/// there and still due on time.
 #[test]
-fn drain_drops_the_values_it_does_not_hand_out() {
-    let witness = std::rc::Rc::new(());
+fn forgotten_drain_leaves_a_consistent_wheel() {
     let mut wheel = Wheel::new();
-    for i in 0..10 {
-        wheel.insert(i, std::rc::Rc::clone(&witness));
-    }
-    drop(wheel.drain().take(3).collect::<Vec<_>>());
-    assert_eq!(std::rc::Rc::strong_count(&witness), 1);
+    wheel.insert(10, "a");
+    wheel.insert(10, "b");
+    let mut drain = wheel.drain();
+    assert_eq!(drain.next().map(|e| e.value), Some("a"));
+    std::mem::forget(drain);
+    assert_eq!(wheel.len(), 1);
+    assert_eq!(wheel.next_expiration(), Some(10));
+    wheel.insert(10, "c");
+    assert_eq!(due(&mut wheel, 10), ["b", "c"]);
+    assert!(wheel.is_empty());
 }
 
 // --- geometry ------------------------------------------------------------------------------
@@ -350,24 +295,25 @@ fn with_slots_rounds_up_to_a_power_of_two() {
         (4, 4, 32),
         (64, 64, 11),
         (500, 512, 8),
+        (4096, 4096, 6),
     ];
-    for (asked, slots, levels) in cases.into_iter().chain([(4096, 4096, 6)]) {
-        let wheel = Wheel::<()>::with_slots(asked).unwrap();
+    for (asked, slots, levels) in cases {
+        let wheel = Wheel::<u8>::with_slots(asked).unwrap();
         assert_eq!(
             (wheel.slots_per_level(), wheel.levels()),
             (slots, levels),
             "{asked}"
         );
     }
-    let default = Wheel::<()>::new();
-    assert_eq!(default.slots_per_level(), Wheel::<()>::DEFAULT_SLOTS);
+    let default = Wheel::<u8>::new();
+    assert_eq!(default.slots_per_level(), Wheel::<u8>::DEFAULT_SLOTS);
     assert_eq!(default.levels(), 11);
 }
 
 #[test]
 fn with_slots_rejects_zero_and_too_many() {
-    for bad in [0, Wheel::<()>::MAX_SLOTS + 1, usize::MAX] {
-        let err = Wheel::<()>::with_slots(bad).unwrap_err();
+    for bad in [0, Wheel::<u8>::MAX_SLOTS + 1, usize::MAX] {
+        let err = Wheel::<u8>::with_slots(bad).unwrap_err();
         assert_eq!(err.0, bad);
         assert!(err.to_string().contains("slots per level"));
     }
@@ -405,160 +351,16 @@ fn one_huge_jump_hands_out_everything_in_deadline_order() {
 }
 
 #[test]
-fn many_entries_in_one_slot_keep_fifo_order() {
+fn many_entries_in_one_slot_keep_fifo_order_through_retain() {
     let mut wheel = Wheel::new();
-    let keys: Vec<_> = (0..10_000u32).map(|i| wheel.insert(123_456, i)).collect();
-    for key in keys.iter().skip(1).step_by(3) {
-        wheel.remove(*key).unwrap();
+    for i in 0..10_000u32 {
+        wheel.insert(123_456, i);
     }
+    retain_round(&mut wheel, 97, |_, i| i % 3 != 1);
     let expected: Vec<u32> = (0..10_000).filter(|i| i % 3 != 1).collect();
+    assert_eq!(wheel.len(), expected.len());
     assert!(due(&mut wheel, 123_455).is_empty());
     assert_eq!(due(&mut wheel, 123_456), expected);
-}
-
-/// Removed entries leave stale references in their slot's array until it is walked or
-/// compacted, and their nodes are reused at once, often into the same slot. Heavy churn on a
-/// few slots (compactions, reuse into the slot a node just left, reschedules within a slot)
-/// must still hand out exactly the live entries, each once, FIFO within a deadline.
-#[test]
-fn churn_through_stale_references_loses_and_duplicates_nothing() {
-    let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
-    let mut wheel = Wheel::new();
-    let deadlines = [3u64, 70, 5_000, 300_000];
-    // (deadline, serial) -> key; BTreeMap order is the expected hand-out order.
-    let mut live = std::collections::BTreeMap::new();
-    let mut serial = 0u64;
-    for round in 0..40 {
-        for _ in 0..500 {
-            let deadline = deadlines[next(4) as usize];
-            let key = wheel.insert(deadline, (deadline, serial));
-            live.insert((deadline, serial), key);
-            serial += 1;
-        }
-        let picks: Vec<_> = live.keys().copied().filter(|_| next(10) < 7).collect();
-        for (deadline, s) in picks {
-            let key = live.remove(&(deadline, s)).unwrap();
-            if next(4) == 0 {
-                // Out of its slot (one tick earlier, often the same slot higher up) and
-                // postponed back: a new place, and a postponement to settle on the way.
-                wheel.reschedule(key, deadline - 1).unwrap();
-                wheel.reschedule(key, deadline).unwrap();
-                *wheel.get_mut(key).unwrap() = (deadline, serial);
-                live.insert((deadline, serial), key);
-                serial += 1;
-            } else {
-                assert_eq!(wheel.remove(key), Some((deadline, s)), "round {round}");
-            }
-        }
-        assert_eq!(wheel.len(), live.len());
-    }
-    let mut out: Vec<_> = wheel.advance(u64::MAX).map(|e| e.value).collect();
-    assert!(
-        out.windows(2).all(|w| w[0].0 <= w[1].0),
-        "in deadline order"
-    );
-    out.sort();
-    let expected: Vec<_> = live.keys().copied().collect();
-    assert_eq!(out, expected);
-    assert!(wheel.is_empty());
-}
-
-/// A slot's array lives in chunks of 1 024 references that compaction and emptying give back
-/// to the level's pool. Thousands of entries in one slot, removed and re-added in waves, make
-/// compactions run across chunk boundaries and reuse positions past the cut: the live entries
-/// must still come out once each, in FIFO order.
-#[test]
-fn compaction_across_chunks_keeps_exactly_the_live_entries_in_order() {
-    let mut next = xorshift(0xC0FF_EE00_1234_5678);
-    let mut wheel = Wheel::new();
-    let deadline = 300_000; // a level-2 slot, then a cascade through levels 1 and 0
-    let mut live: Vec<(u64, wheel_core::TimerKey)> = Vec::new(); // (serial, key), FIFO
-    let mut serial = 0u64;
-    for wave in 0..6 {
-        for _ in 0..3_000 {
-            live.push((serial, wheel.insert(deadline, serial)));
-            serial += 1;
-        }
-        let mut kept = Vec::new();
-        let mut moved = Vec::new();
-        for (s, key) in live.drain(..) {
-            match next(10) {
-                0..=6 => assert_eq!(wheel.remove(key), Some(s), "wave {wave}"),
-                7 => {
-                    // Out of its place and postponed back, under a new serial.
-                    wheel.reschedule(key, deadline - 1).unwrap();
-                    wheel.reschedule(key, deadline).unwrap();
-                    *wheel.get_mut(key).unwrap() = serial;
-                    moved.push((serial, key));
-                    serial += 1;
-                }
-                _ => kept.push((s, key)),
-            }
-        }
-        kept.extend(moved);
-        live = kept;
-        assert_eq!(wheel.len(), live.len());
-    }
-    assert!(due(&mut wheel, deadline - 1).is_empty());
-    let mut expected: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
-    let mut out = due(&mut wheel, deadline);
-    expected.sort();
-    out.sort();
-    assert_eq!(out, expected);
-    assert!(wheel.is_empty());
-}
-
-/// A dense wheel, stepped tick by tick while entries come and go, against a `BTreeMap`: the
-/// early cascade moves entries into levels' next rotations as the clock runs, and nothing may
-/// come out early, late, twice, or not at all, on any slot count.
-#[test]
-fn dense_wheel_stepped_tick_by_tick_matches_a_sorted_map() {
-    for slots in [2, 4, 64] {
-        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
-        let mut wheel = Wheel::with_slots(slots).unwrap();
-        let mut model = std::collections::BTreeMap::new();
-        let mut keys = Vec::new();
-        let mut serial = 0u64;
-        for now in 1..6_000u64 {
-            for _ in 0..next(12) {
-                let deadline = now + next(9_000);
-                let key = wheel.insert(deadline, serial);
-                model.insert((deadline, serial), key);
-                keys.push((deadline, serial, key));
-                serial += 1;
-            }
-            if next(4) == 0 && !keys.is_empty() {
-                let (deadline, s, key) = keys.swap_remove(next(keys.len() as u64) as usize);
-                if model.remove(&(deadline, s)).is_some() {
-                    if next(2) == 0 {
-                        assert_eq!(wheel.remove(key), Some(s));
-                    } else {
-                        let moved = now + next(3_000);
-                        wheel.reschedule(key, moved).unwrap();
-                        model.insert((moved, s), key);
-                        keys.push((moved, s, key));
-                    }
-                }
-            }
-            let out: Vec<(u64, u64)> = wheel.advance(now).map(|e| (e.deadline, e.value)).collect();
-            let due: Vec<(u64, u64)> = model.range(..(now + 1, 0)).map(|(&k, _)| k).collect();
-            for k in &due {
-                model.remove(k);
-            }
-            let mut sorted = out.clone();
-            sorted.sort_unstable();
-            assert_eq!(sorted, due, "{slots} slots, tick {now}");
-            assert!(out.iter().all(|&(d, _)| d <= now), "nothing early");
-            assert_eq!(wheel.len(), model.len());
-            if let Some(next_tick) = wheel.next_expiration() {
-                let earliest = model.keys().next().map(|&(d, _)| d);
-                assert!(
-                    earliest.is_none_or(|d| next_tick <= d.max(now)),
-                    "{slots} slots, tick {now}: next_expiration {next_tick} after {earliest:?}"
-                );
-            }
-        }
-    }
 }
 
 #[test]
@@ -573,140 +375,383 @@ fn fifo_within_a_tick_across_insert_times() {
     assert_eq!(due(&mut wheel, 5_000), ['p', 'a', 'b', 'c']);
 }
 
-// --- memory --------------------------------------------------------------------------------
-
+/// A slot big enough that cascading it at once would be a stall: 200 000 entries due within
+/// one level-2 slot (ticks 4 096·3 .. 4 096·4), with the wheel stepped tick by tick and kept
+/// busy. The early cascade moves that slot down while the slot before it runs; every entry
+/// still comes out at its own tick, in insertion order within the tick.
 #[test]
-fn bookkeeping_per_entry_is_at_most_32_bytes() {
-    let footprints = [
-        Wheel::<u64>::entry_footprint(),
-        Wheel::<usize>::entry_footprint(),
-        Wheel::<()>::entry_footprint(),
-        Wheel::<Box<dyn FnOnce() + Send>>::entry_footprint(),
-    ];
-    for footprint in footprints {
-        assert!(footprint <= 32, "{footprints:?} bytes");
+fn a_huge_slot_is_cascaded_early_and_every_entry_is_on_time() {
+    let mut next = xorshift(0x0123_4567_89AB_CDEF);
+    let mut wheel = Wheel::new();
+    let first = 3 * 4_096;
+    let mut expected: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for i in 0..200_000u64 {
+        let deadline = first + next(4_096);
+        wheel.insert(deadline, i);
+        expected.entry(deadline).or_default().push(i);
+    }
+    // Background traffic: short timers inserted and handed out all along.
+    let mut serial = 1 << 40;
+    for now in 1..first + 4_096 {
+        for _ in 0..8 {
+            let deadline = now + 1 + next(50);
+            wheel.insert(deadline, serial);
+            expected.entry(deadline).or_default().push(serial);
+            serial += 1;
+        }
+        let out: Vec<u64> = wheel.advance(now).map(|e| e.value).collect();
+        assert_eq!(out, expected.remove(&now).unwrap_or_default(), "tick {now}");
+    }
+    let rest: usize = expected.values().map(Vec::len).sum();
+    assert_eq!(wheel.len(), rest);
+}
+
+/// A dense wheel, stepped tick by tick while timers come and go the way the service handles
+/// them: a cancelled or postponed timer leaves its entry behind, stale, and a postponed one is
+/// inserted again; stale entries are skipped when handed out and compacted by `retain` a few
+/// dozen at a time. Against a `BTreeMap`: nothing live comes out early, late, twice, or not at
+/// all, on any slot count, and `retain` keeps the stale entries from piling up.
+#[test]
+fn dense_wheel_with_stale_entries_matches_a_sorted_map() {
+    for slots in [2, 4, 64] {
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+        let mut wheel = Wheel::with_slots(slots).unwrap();
+        // (deadline, timer) of live timers, and each timer's current ticket.
+        let mut live: BTreeMap<(u64, u64), ()> = BTreeMap::new();
+        let mut tickets: Vec<(u64, u32)> = Vec::new(); // (deadline, ticket)
+        let mut handed_out_stale = 0usize;
+        for now in 1..6_000u64 {
+            for _ in 0..next(12) {
+                let deadline = now + next(9_000);
+                let timer = tickets.len() as u64;
+                tickets.push((deadline, 0));
+                wheel.insert(deadline, [timer as u32, 0]);
+                live.insert((deadline, timer), ());
+            }
+            if next(2) == 0 && !tickets.is_empty() {
+                let timer = next(tickets.len() as u64);
+                let (deadline, ticket) = tickets[timer as usize];
+                if live.remove(&(deadline, timer)).is_some() {
+                    if next(2) == 0 {
+                        tickets[timer as usize] = (u64::MAX, ticket + 1); // cancelled
+                    } else {
+                        let moved = now + next(3_000);
+                        tickets[timer as usize] = (moved, ticket + 1);
+                        wheel.insert(moved, [timer as u32, ticket + 1]);
+                        live.insert((moved, timer), ());
+                    }
+                }
+            }
+            let is_live = |value: &[u32; 2]| tickets[value[0] as usize].1 == value[1];
+            let mut out = Vec::new();
+            for entry in wheel.advance(now) {
+                assert!(entry.deadline <= now, "early");
+                if is_live(&entry.value) {
+                    out.push((entry.deadline, entry.value[0] as u64));
+                } else {
+                    handed_out_stale += 1;
+                }
+            }
+            let due: Vec<(u64, u64)> = live.range(..(now + 1, 0)).map(|(&k, _)| k).collect();
+            for k in &due {
+                live.remove(k);
+            }
+            for &(_, timer) in &out {
+                tickets[timer as usize].1 += 1; // fired: any copy left is stale
+            }
+            out.sort_unstable();
+            assert_eq!(out, due, "{slots} slots, tick {now}");
+            let is_live = |value: &[u32; 2]| tickets[value[0] as usize].1 == value[1];
+            wheel.retain(40, |_, value| is_live(value));
+            assert!(wheel.len() >= live.len());
+            if let Some(next_tick) = wheel.next_expiration() {
+                let earliest = live.keys().next().map(|&(d, _)| d);
+                assert!(earliest.is_none_or(|d| next_tick <= d.max(now)));
+            }
+        }
+        assert!(
+            wheel.len() < 2 * live.len() + 200,
+            "{slots} slots: {} held for {} live",
+            wheel.len(),
+            live.len()
+        );
+        assert!(
+            handed_out_stale > 0,
+            "some stale entries reached their slot"
+        );
     }
 }
 
+// --- retain --------------------------------------------------------------------------------
+
 #[test]
-fn inserting_after_warm_up_does_not_grow_capacity() {
+fn retain_on_an_empty_wheel_examines_nothing() {
+    let mut wheel = Wheel::<u64>::new();
+    assert_eq!(wheel.retain(10, |_, _| unreachable!()), 0);
+    assert_eq!(wheel.retain(0, |_, _| unreachable!()), 0);
+    wheel.insert(5, 5);
+    assert_eq!(wheel.retain(0, |_, _| unreachable!()), 0, "budget 0");
+}
+
+/// Entries on many levels and both rotations: a round in small calls examines each once, in
+/// calls of exactly `budget` but the last; the next round starts over from the first slot.
+#[test]
+fn retain_walks_a_round_and_wraps_around() {
     let mut wheel = Wheel::new();
-    wheel.reserve(1_000);
-    let reserved = wheel.capacity();
-    assert!(reserved >= 1_000);
-    for round in 0..5u64 {
-        let keys: Vec<_> = (0..1_000)
-            .map(|i| wheel.insert(round * 10_000 + i * 7, i))
-            .collect();
-        assert_eq!(wheel.capacity(), reserved, "round {round}");
-        for key in keys.iter().step_by(2) {
-            wheel.remove(*key);
-        }
-        wheel.advance((round + 1) * 10_000).for_each(drop);
-        assert!(wheel.is_empty());
+    let mut all = BTreeSet::new();
+    for i in 0..3_000u64 {
+        let deadline = (i * i * 7919) % 10_000_000 + i % 3;
+        wheel.insert(deadline, i);
+        all.insert((deadline, i));
     }
+    for budget in [1, 7, 64, 1_000, 5_000] {
+        // First call ends any round under way.
+        while wheel.retain(budget, |_, _| true) == budget {}
+        let calls = retain_round(&mut wheel, budget, |_, _| true);
+        let (last, full) = calls.split_last().unwrap();
+        assert!(full.iter().all(|c| c.len() == budget));
+        assert!(last.len() < budget);
+        let seen: Vec<(u64, u64)> = calls.concat();
+        assert_eq!(seen.len(), all.len(), "budget {budget}: once each");
+        assert_eq!(seen.iter().copied().collect::<BTreeSet<_>>(), all);
+    }
+}
+
+/// A round in calls that stop inside slots, with rejections: the survivors are exactly the
+/// kept ones, each slot keeps its order, and the rounds that follow see only survivors.
+#[test]
+fn retain_resumes_inside_slots_and_keeps_order() {
+    let mut wheel = Wheel::new();
+    for i in 0..20_000u64 {
+        wheel.insert(100_000 + i % 4, i); // one level-2 slot, four ticks
+    }
+    let calls = retain_round(&mut wheel, 100, |_, &i| i % 5 != 0);
+    assert_eq!(calls.iter().map(Vec::len).sum::<usize>(), 20_000);
+    assert_eq!(wheel.len(), 16_000);
+    let again: Vec<(u64, u64)> = retain_round(&mut wheel, 333, |_, _| true).concat();
+    assert!(again.iter().all(|&(_, i)| i % 5 != 0));
+    assert_eq!(again.len(), 16_000);
+    for tick in 100_000..100_004 {
+        let expected: Vec<u64> = (0..20_000)
+            .filter(|i| i % 4 == tick - 100_000 && i % 5 != 0)
+            .collect();
+        assert_eq!(due(&mut wheel, tick), expected, "tick {tick}");
+    }
+}
+
+/// A compaction stopped inside a slot, then the slot's first chunk is handed out and reused by
+/// another slot before the compaction goes on: it must not write into the chunk it no longer
+/// owns.
+#[test]
+fn retain_resumes_after_its_chunks_were_handed_out_and_reused() {
+    let mut wheel = Wheel::new();
+    for i in 0..3 * CHUNK {
+        wheel.insert(10, i);
+    }
+    // Keep the even ones of the first chunk (it keeps room at its end), and stop a few
+    // entries into the second chunk, whose kept entries went into the first.
+    let budget = CHUNK as usize + 5;
+    assert_eq!(wheel.retain(budget, |_, &i| i % 2 == 0), budget);
+    let kept_before: Vec<u64> = (0..CHUNK + 5).filter(|i| i % 2 == 0).collect();
+    // Hand out all of those: the first chunk goes back to the pool...
+    let out: Vec<u64> = wheel
+        .advance(10)
+        .take(kept_before.len())
+        .map(|e| e.value)
+        .collect();
+    assert_eq!(out, kept_before);
+    // ...and another slot takes it.
+    wheel.insert(20, 1_000);
+    // The compaction goes on; entries it keeps must stay in slot 10.
+    while wheel.retain(10, |_, &i| i % 2 == 0 || i == 1_000) == 10 {}
+    let rest: Vec<u64> = (CHUNK + 5..3 * CHUNK).filter(|i| i % 2 == 0).collect();
+    assert_eq!(due(&mut wheel, 10), rest);
+    assert_eq!(due(&mut wheel, 20), [1_000]);
+    assert!(wheel.is_empty());
+}
+
+/// `retain` while the early cascade is half-way through a slot: part of it has moved into the
+/// next rotation of the level below, part waits in the slot. A round sees every entry once,
+/// wherever it is, and removes exactly the rejected ones; each comes out on time afterwards.
+#[test]
+fn retain_during_a_partly_cascaded_slot() {
+    let mut wheel = Wheel::new();
+    let rejected = |i: u64| i % 7 == 0;
+    let mut expected: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut insert = |wheel: &mut Wheel<u64>, deadline: u64, i: u64| {
+        wheel.insert(deadline, i);
+        if !rejected(i) {
+            expected.entry(deadline).or_default().push(i);
+        }
+    };
+    // Ticks 4 160..4 224: level 2, slot 1, seen from tick 0. The advance to 4 096 moves them
+    // all early into level 1's next rotation, slot 1, which then turns current: at 4 096,
+    // level 1's next slot holds 5 000 entries, and its early cascade moves two per operation.
+    let n = 5_000u64;
+    for i in 0..n {
+        insert(&mut wheel, 4_160 + i % 64, i);
+    }
+    assert_eq!(wheel.advance(4_096).count(), 0);
+    for batch in 0..20u64 {
+        // Each batch earns 200 early moves, short of the 5 000.
+        for j in 0..100 {
+            let i = n + batch * 100 + j;
+            insert(&mut wheel, 4_400 + i % 50, i);
+        }
+        assert_eq!(wheel.advance(4_096).count(), 0);
+        let held = wheel.len();
+        let seen: Vec<(u64, u64)> = retain_round(&mut wheel, 37, |_, &i| !rejected(i)).concat();
+        let unique: BTreeSet<_> = seen.iter().collect();
+        assert_eq!(unique.len(), seen.len(), "batch {batch}: seen twice");
+        assert_eq!(seen.len(), held, "batch {batch}: a round sees every entry");
+    }
+    for tick in 4_096..4_500 {
+        assert_eq!(
+            due(&mut wheel, tick),
+            expected.remove(&tick).unwrap_or_default(),
+            "tick {tick}"
+        );
+    }
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn retain_prefetched_sees_every_value_ahead_of_keep() {
+    let mut wheel = Wheel::new();
+    for i in 0..1_000u64 {
+        wheel.insert(50 + i % 300, i);
+    }
+    let fetched = std::cell::RefCell::new(BTreeSet::new());
+    let mut late = 0;
+    let n = wheel.retain_prefetched(
+        usize::MAX,
+        |&i| {
+            fetched.borrow_mut().insert(i);
+        },
+        |_, i| {
+            if !fetched.borrow().contains(i) {
+                late += 1;
+            }
+            i % 2 == 0
+        },
+    );
+    assert_eq!(n, 1_000);
+    assert_eq!(late, 0, "every value was prefetched before keep saw it");
+    assert_eq!(wheel.len(), 500);
+}
+
+// --- memory --------------------------------------------------------------------------------
+
+#[test]
+fn an_entry_is_16_bytes_with_an_8_byte_value() {
+    assert_eq!(std::mem::size_of::<Entry<[u32; 2]>>(), 16);
+    assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 16);
+    assert_eq!(Wheel::<u64>::entry_footprint(), 16);
+    assert_eq!(Wheel::<u32>::entry_footprint(), 16);
+}
+
+/// Chunks go back to the pool as slots empty and come out of it again: a wheel filled and
+/// emptied over and over, by hand-outs, drains and `retain`, allocates only in the first round.
+#[test]
+fn the_chunk_pool_is_reused() {
+    let mut wheel = Wheel::new();
+    let mut bytes = None;
+    for round in 0..7u64 {
+        let base = wheel.now();
+        for i in 0..50_000 {
+            wheel.insert(base + 1 + (i * 7919) % 20_000, i);
+        }
+        if let Some(bytes) = bytes {
+            assert_eq!(wheel.allocated_bytes(), bytes, "round {round}");
+        }
+        match round % 3 {
+            0 => assert_eq!(wheel.advance(base + 20_001).count(), 50_000),
+            1 => assert_eq!(wheel.drain().count(), 50_000),
+            _ => while wheel.retain(1_000, |_, _| false) == 1_000 {},
+        }
+        assert!(wheel.is_empty(), "round {round}");
+        // The first round's hand-out, with its cascades, is the high-water mark.
+        let after = wheel.allocated_bytes();
+        assert_eq!(*bytes.get_or_insert(after), after, "round {round}");
+    }
+}
+
+/// `try_reserve` makes room up front: inserting that many afterwards, and cascading them,
+/// allocates nothing more.
+#[test]
+fn try_reserve_makes_room_that_inserts_and_cascades_use() {
+    let mut wheel = Wheel::new();
+    wheel.try_reserve(200_000).unwrap();
+    let bytes = wheel.allocated_bytes();
+    assert_eq!(bytes, Wheel::<u64>::reserved_bytes(64, 200_000));
+    for i in 0..200_000u64 {
+        wheel.insert(1 + (i * 7919) % 10_000, i);
+    }
+    assert_eq!(wheel.allocated_bytes(), bytes);
+    let mut handed_out = 0;
+    for now in (0..=10_000).step_by(10) {
+        handed_out += wheel.advance(now).count();
+        assert_eq!(wheel.allocated_bytes(), bytes, "tick {now}");
+    }
+    assert_eq!(handed_out, 200_000);
+    wheel.try_reserve(10).unwrap();
+    assert_eq!(wheel.allocated_bytes(), bytes, "room enough already");
+}
+
+#[test]
+fn try_reserve_reports_what_cannot_be_had() {
+    let mut wheel = Wheel::<u64>::new();
+    wheel.insert(5, 5);
+    let bytes = wheel.allocated_bytes();
+    assert!(wheel.try_reserve(usize::MAX).is_err());
+    assert!(
+        wheel.try_reserve(u32::MAX as usize * 64).is_err(),
+        "past the chunk ids"
+    );
+    assert_eq!(
+        wheel.allocated_bytes(),
+        bytes,
+        "nothing allocated for a refusal"
+    );
+    assert_eq!(due(&mut wheel, 5), [5]);
+}
+
+/// `reserved_bytes` is what a reserved wheel allocates: the entries in chunks (16 bytes each
+/// with an 8-byte value, plus chunk headers and room for partly filled chunks) and the
+/// levels' tables.
+#[test]
+fn reserved_bytes_counts_entries_and_tables() {
+    let empty = Wheel::<[u32; 2]>::reserved_bytes(64, 0);
+    assert_eq!(empty, Wheel::<[u32; 2]>::new().allocated_bytes());
+    assert!(Wheel::<[u32; 2]>::reserved_bytes(4096, 0) > 16 * empty);
+    for entries in [1, 1_000, 1_000_000, 5_000_000] {
+        let bytes = Wheel::<[u32; 2]>::reserved_bytes(64, entries) - empty;
+        assert!(bytes >= 16 * entries, "{entries}");
+        // Chunk headers (16 bytes per 63 entries), room for 4 × 64 + 64 partly filled 1 KiB
+        // chunks, and rounding up to a whole 64 KiB block.
+        let most = 16 * entries * 64 / 63 + 320 * 1024 + 65_536 + 8 * 1024;
+        assert!(bytes <= most, "{entries}: {bytes} > {most}");
+        let mut wheel = Wheel::<[u32; 2]>::new();
+        wheel.try_reserve(entries).unwrap();
+        assert_eq!(
+            wheel.allocated_bytes(),
+            Wheel::<[u32; 2]>::reserved_bytes(64, entries)
+        );
+    }
+    assert_eq!(
+        Wheel::<u64>::reserved_bytes(0, 0),
+        Wheel::<u64>::reserved_bytes(1, 0)
+    );
 }
 
 #[test]
 fn clone_is_independent() {
     let mut wheel = Wheel::new();
-    let key = wheel.insert(10, 1);
+    wheel.insert(10, 1);
     let mut copy = wheel.clone();
-    copy.remove(key);
-    assert_eq!(due(&mut wheel, 10), [1]);
-    assert!(copy.is_empty());
-    assert!(format!("{wheel:?}").contains("now: 10"));
-}
-
-/// A forgotten `Drain` leaves the entries it did not hand out in the wheel, still due on time.
-#[test]
-fn forgotten_drain_leaves_a_consistent_wheel() {
-    let mut wheel = Wheel::new();
-    let a = wheel.insert(10, "a");
-    wheel.insert(10, "b");
-    let mut drain = wheel.drain();
-    let first = drain.next().unwrap();
-    std::mem::forget(drain);
-    assert_eq!(first.key, a);
-    assert_eq!(wheel.len(), 1);
-    assert_eq!(wheel.next_expiration(), Some(10));
-    let c = wheel.insert(10, "c");
-    assert!(wheel.contains(c));
-    let due: Vec<_> = wheel.advance(10).map(|e| e.value).collect();
-    assert_eq!(due, ["b", "c"]);
-    assert!(wheel.is_empty());
-}
-
-/// `reserve` creates vacant places ahead of time: they hold nothing, a key naming one is not
-/// live, inserts use them without growing the wheel, and a drain hands out only live entries.
-#[test]
-fn reserved_places_are_vacant_until_used() {
-    let mut wheel = Wheel::new();
-    let early = wheel.insert(5, "early");
-    wheel.reserve(50_000);
-    let capacity = wheel.capacity();
-    assert!(capacity >= 50_001);
-    assert_eq!(wheel.len(), 1);
-    let unused = TimerKey::from_u64(40_000u64 << 32); // generation 0
-    assert!(!wheel.contains(unused));
-    assert_eq!(wheel.remove(unused), None);
-    let keys: Vec<_> = (0..50_000u64)
-        .map(|i| wheel.insert(10 + i, "later"))
-        .collect();
-    assert_eq!(
-        wheel.capacity(),
-        capacity,
-        "no growth up to the reservation"
-    );
-    assert_eq!(wheel.remove(early), Some("early"));
-    assert_eq!(wheel.deadline(keys[123]), Some(133));
-    wheel.reserve(10); // enough vacant places already: nothing to do
-    assert_eq!(wheel.capacity(), capacity);
-    let drained: Vec<_> = wheel.drain().collect();
-    assert_eq!(drained.len(), 50_000);
-    assert!(wheel.is_empty());
-}
-
-/// `try_reserve` makes the same room as `reserve`, and a request past the index space comes
-/// back as an error, with the wheel as it was, instead of a panic.
-#[test]
-fn try_reserve_reports_what_reserve_cannot_do() {
-    let mut wheel = Wheel::new();
-    let early = wheel.insert(5, "early");
-    wheel.try_reserve(50_000).unwrap();
-    let capacity = wheel.capacity();
-    assert!(capacity >= 50_001);
-    assert!(
-        wheel.try_reserve(u32::MAX as usize).is_err(),
-        "one live entry and u32::MAX more"
-    );
-    assert!(wheel.try_reserve(usize::MAX).is_err());
-    assert_eq!(
-        wheel.capacity(),
-        capacity,
-        "nothing allocated for a refusal"
-    );
-    assert_eq!(wheel.len(), 1);
-    let keys: Vec<_> = (0..50_000u64)
-        .map(|i| wheel.insert(10 + i, "later"))
-        .collect();
-    assert_eq!(wheel.capacity(), capacity, "the room is usable");
-    assert_eq!(wheel.remove(early), Some("early"));
-    assert_eq!(wheel.deadline(keys[7]), Some(17));
-}
-
-/// `reserved_bytes` counts at least the places `reserve` makes, and the levels on top.
-#[test]
-fn reserved_bytes_grows_with_entries_and_slots() {
-    let per_entry = std::mem::size_of::<u64>() + Wheel::<u64>::entry_footprint();
-    let empty = Wheel::<u64>::reserved_bytes(64, 0);
-    assert!(empty > 0, "the levels' slot tables");
-    assert!(Wheel::<u64>::reserved_bytes(4096, 0) > 32 * empty);
-    let full = Wheel::<u64>::reserved_bytes(64, 1_000_000);
-    assert!(full - empty >= 1_000_000 * per_entry);
-    assert!(full - empty <= 1_000_000 * per_entry + 2 * 16_384 * per_entry);
-    assert_eq!(
-        Wheel::<u64>::reserved_bytes(0, 0),
-        Wheel::<u64>::reserved_bytes(1, 0)
-    );
+    copy.drain().for_each(drop);
+    copy.insert(12, 2);
+    assert_eq!(due(&mut wheel, 12), [1]);
+    assert_eq!(due(&mut copy, 12), [2]);
+    assert!(format!("{wheel:?}").contains("now: 12"));
 }

@@ -1,11 +1,11 @@
 //! Property tests: random operation sequences run against `Wheel` and against a reference model
-//! (a `BTreeMap` ordered by deadline), checked against each other after every operation.
+//! (a multiset of `(deadline, value)`), checked against each other after every operation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
-use wheel_core::{Entry, StaleKey, TimerKey, Wheel};
+use wheel_core::{Entry, Wheel};
 
 /// A deadline, chosen relative to the wheel's clock when the operation runs.
 #[derive(Debug, Clone)]
@@ -49,13 +49,19 @@ enum Target {
 #[derive(Debug, Clone)]
 enum Op {
     Insert(When),
-    Remove(Index),
-    Reschedule(Index, When),
+    /// Insert a copy of an entry the wheel holds: the wheel is a multiset.
+    Duplicate(Index),
+    /// A burst of inserts, so slots hold several chunks and the early cascade has work.
+    Burst(When, u16),
     Advance {
         to: Target,
         budget: Option<usize>,
-        /// Use `poll` one entry at a time, to check the clock after each entry.
-        by_poll: bool,
+    },
+    Retain {
+        budget: usize,
+        /// Which values the predicate rejects: those whose hash with this salt is 0 mod 3.
+        salt: u64,
+        prefetched: bool,
     },
     /// Hand out this many entries of a drain, then drop it.
     Drain(usize),
@@ -85,100 +91,81 @@ fn target() -> impl Strategy<Value = Target> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let advance = (
-        target(),
-        proptest::option::weighted(0.3, 0..8usize),
+    let advance = (target(), proptest::option::weighted(0.3, 0..8usize))
+        .prop_map(|(to, budget)| Op::Advance { to, budget });
+    let retain = (
+        prop_oneof![4 => 0..12usize, 2 => 12..200usize, 1 => Just(usize::MAX)],
+        any::<u64>(),
         any::<bool>(),
     )
-        .prop_map(|(to, budget, by_poll)| Op::Advance {
-            to,
+        .prop_map(|(budget, salt, prefetched)| Op::Retain {
             budget,
-            by_poll,
+            salt,
+            prefetched,
         });
     prop_oneof![
         30 => when().prop_map(Op::Insert),
-        9 => any::<Index>().prop_map(Op::Remove),
-        9 => (any::<Index>(), when()).prop_map(|(i, w)| Op::Reschedule(i, w)),
+        4 => any::<Index>().prop_map(Op::Duplicate),
+        3 => (when(), 1..300u16).prop_map(|(w, n)| Op::Burst(w, n)),
         18 => advance,
+        12 => retain,
         1 => (0..4usize).prop_map(Op::Drain),
     ]
 }
 
-/// The reference: live entries ordered by (deadline, stamp); the stamp tells entries with equal
-/// deadlines apart.
-#[derive(Default)]
+fn rejects(salt: u64, value: u64) -> bool {
+    (value ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60 < 5
+}
+
+/// The reference: how many copies of each `(deadline, value)` the wheel should hold.
+#[derive(Default, Debug)]
 struct Model {
-    queue: BTreeMap<(u64, u64), (TimerKey, u64)>,
-    live: HashMap<TimerKey, (u64, u64)>,
-    stamps: u64,
+    held: BTreeMap<(u64, u64), usize>,
+    len: usize,
 }
 
 impl Model {
-    fn insert(&mut self, key: TimerKey, deadline: u64, value: u64) {
-        self.stamps += 1;
-        assert!(
-            self.live.insert(key, (deadline, self.stamps)).is_none(),
-            "key reused"
-        );
-        self.queue.insert((deadline, self.stamps), (key, value));
+    fn insert(&mut self, deadline: u64, value: u64) {
+        *self.held.entry((deadline, value)).or_default() += 1;
+        self.len += 1;
     }
 
-    fn remove(&mut self, key: TimerKey) -> Option<u64> {
-        let place = self.live.remove(&key)?;
-        Some(self.queue.remove(&place).expect("queued").1)
-    }
-
-    fn reschedule(&mut self, key: TimerKey, deadline: u64) -> bool {
-        match self.remove(key) {
-            Some(value) => {
-                self.insert(key, deadline, value);
-                true
-            }
-            None => false,
+    /// Takes out one copy of an entry the wheel handed out or removed: it must be held.
+    fn take(&mut self, entry: &Entry<u64>) {
+        let key = (entry.deadline, entry.value);
+        let count = self
+            .held
+            .get_mut(&key)
+            .unwrap_or_else(|| panic!("{entry:?} is not held (lost, made up or twice)"));
+        *count -= 1;
+        if *count == 0 {
+            self.held.remove(&key);
         }
-    }
-
-    /// Takes out an entry the wheel handed out by expiry: it must be live and unchanged. (Among
-    /// entries with one deadline the order is not promised: a postponed entry stays where it
-    /// was placed until its slot is reached.)
-    fn expire(&mut self, entry: &Entry<u64>) {
-        let place = self.live[&entry.key];
-        assert_eq!(
-            entry.deadline, place.0,
-            "wrong deadline for {:?}",
-            entry.key
-        );
-        self.forget(entry);
-    }
-
-    /// Takes out an entry handed out by a drain (any order).
-    fn forget(&mut self, entry: &Entry<u64>) {
-        let deadline = self.live.get(&entry.key).map(|p| p.0);
-        assert_eq!(
-            deadline,
-            Some(entry.deadline),
-            "unknown or repeated {entry:?}"
-        );
-        assert_eq!(self.remove(entry.key), Some(entry.value));
+        self.len -= 1;
     }
 
     fn due(&self, now: u64) -> usize {
-        self.queue
-            .keys()
-            .take_while(|&&(deadline, _)| deadline <= now)
-            .count()
+        self.held
+            .iter()
+            .take_while(|&(&(deadline, _), _)| deadline <= now)
+            .map(|(_, &n)| n)
+            .sum()
     }
 
     fn earliest(&self) -> Option<u64> {
-        self.queue.keys().next().map(|&(deadline, _)| deadline)
+        self.held.keys().next().map(|&(deadline, _)| deadline)
+    }
+
+    fn nth(&self, index: &Index) -> Option<(u64, u64)> {
+        (!self.held.is_empty())
+            .then(|| *self.held.keys().nth(index.index(self.held.len())).unwrap())
     }
 }
 
 struct Harness {
     wheel: Wheel<u64>,
     model: Model,
-    /// Every key ever issued, live or stale.
-    issued: Vec<TimerKey>,
+    serial: u64,
     last_target: u64,
 }
 
@@ -187,7 +174,7 @@ impl Harness {
         Harness {
             wheel: Wheel::with_slots(slots).unwrap(),
             model: Model::default(),
-            issued: Vec::new(),
+            serial: 0,
             last_target: 0,
         }
     }
@@ -195,43 +182,34 @@ impl Harness {
     fn run(&mut self, op: &Op) {
         match op {
             Op::Insert(when) => self.insert(when.resolve(self.wheel.now())),
-            Op::Remove(index) => {
-                if let Some(key) = self.pick(index) {
-                    assert_eq!(self.wheel.remove(key), self.model.remove(key));
+            Op::Duplicate(index) => {
+                if let Some((deadline, value)) = self.model.nth(index) {
+                    self.wheel.insert(deadline, value);
+                    self.model.insert(deadline, value);
                 }
             }
-            Op::Reschedule(index, when) => {
-                if let Some(key) = self.pick(index) {
-                    let deadline = when.resolve(self.wheel.now());
-                    let live = self.model.reschedule(key, deadline);
-                    let expected = if live { Ok(()) } else { Err(StaleKey(key)) };
-                    assert_eq!(self.wheel.reschedule(key, deadline), expected);
+            Op::Burst(when, n) => {
+                let deadline = when.resolve(self.wheel.now());
+                for i in 0..*n as u64 {
+                    self.insert(deadline.saturating_add(i % 5));
                 }
             }
-            Op::Advance {
-                to,
+            Op::Advance { to, budget } => self.advance(to, *budget),
+            Op::Retain {
                 budget,
-                by_poll,
-            } => self.advance(to, *budget, *by_poll),
+                salt,
+                prefetched,
+            } => self.retain(*budget, *salt, *prefetched),
             Op::Drain(n) => self.drain_partly(*n),
         }
         self.check();
     }
 
     fn insert(&mut self, deadline: u64) {
-        let value = self.issued.len() as u64;
-        let key = self.wheel.insert(deadline, value);
-        // A key equal to a stale one would let the stale key reach the new entry.
-        assert!(
-            !self.issued.contains(&key),
-            "fresh {key:?} equals a stale key"
-        );
-        self.model.insert(key, deadline, value);
-        self.issued.push(key);
-    }
-
-    fn pick(&self, index: &Index) -> Option<TimerKey> {
-        (!self.issued.is_empty()).then(|| *index.get(&self.issued))
+        let value = self.serial;
+        self.serial += 1;
+        self.wheel.insert(deadline, value);
+        self.model.insert(deadline, value);
     }
 
     fn resolve(&self, to: &Target) -> u64 {
@@ -247,7 +225,7 @@ impl Harness {
         }
     }
 
-    fn advance(&mut self, to: &Target, budget: Option<usize>, by_poll: bool) {
+    fn advance(&mut self, to: &Target, budget: Option<usize>) {
         let target = self.resolve(to);
         self.last_target = self.last_target.max(target);
         let before = self.wheel.now();
@@ -255,7 +233,6 @@ impl Harness {
         let due = self.model.due(effective);
         let out: Vec<Entry<u64>> = match budget {
             Some(n) => self.wheel.advance(target).take(n).collect(),
-            None if by_poll => self.poll_all(target),
             None => self.wheel.advance(target).collect(),
         };
         assert_eq!(out.len(), budget.map_or(due, |n| n.min(due)), "due {due}");
@@ -264,7 +241,7 @@ impl Harness {
                 entry.deadline <= effective,
                 "early: {entry:?} at {effective}"
             );
-            self.model.expire(entry);
+            self.model.take(entry);
         }
         let now = self.wheel.now();
         assert!(
@@ -278,67 +255,117 @@ impl Harness {
         }
     }
 
-    /// Polls until nothing is due, checking where the clock stands after each entry.
-    fn poll_all(&mut self, target: u64) -> Vec<Entry<u64>> {
-        let mut out = Vec::new();
-        loop {
-            let before = self.wheel.now();
-            let Some(entry) = self.wheel.poll(target) else {
-                return out;
-            };
-            // Already due: it waited at the clock. Otherwise the clock moved to its deadline.
-            assert_eq!(self.wheel.now(), entry.deadline.max(before), "{entry:?}");
-            out.push(entry);
+    /// A retain call: every entry it examines is held, none twice, and it removes exactly the
+    /// ones the predicate rejected.
+    fn retain(&mut self, budget: usize, salt: u64, prefetched: bool) {
+        let mut examined: Vec<(u64, u64)> = Vec::new();
+        let mut fetched: Vec<u64> = Vec::new();
+        let mut keep = |deadline: u64, value: &u64| {
+            examined.push((deadline, *value));
+            !rejects(salt, *value)
+        };
+        let returned = if prefetched {
+            self.wheel
+                .retain_prefetched(budget, |value| fetched.push(*value), &mut keep)
+        } else {
+            self.wheel.retain(budget, &mut keep)
+        };
+        assert_eq!(returned, examined.len());
+        assert!(returned <= budget && returned <= self.model.len);
+        let mut seen: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+        for &(deadline, value) in &examined {
+            let count = seen.entry((deadline, value)).or_default();
+            *count += 1;
+            let held = self.model.held.get(&(deadline, value)).copied();
+            assert!(
+                held.is_some_and(|n| n >= *count),
+                "examined ({deadline}, {value}) {count} times, held {held:?}"
+            );
+        }
+        for &(deadline, value) in &examined {
+            if rejects(salt, value) {
+                self.model.take(&Entry { deadline, value });
+            }
+        }
+        for value in fetched {
+            assert!(
+                self.model.held.keys().any(|&(_, v)| v == value)
+                    || examined.iter().any(|&(_, v)| v == value),
+                "prefetched {value}, which the wheel does not hold"
+            );
         }
     }
 
     fn drain_partly(&mut self, n: usize) {
         let out: Vec<_> = self.wheel.drain().take(n).collect();
         for entry in &out {
-            self.model.forget(entry);
+            self.model.take(entry);
         }
         self.model = Model::default();
     }
 
     fn check(&mut self) {
-        assert_eq!(self.wheel.len(), self.model.live.len());
-        assert_eq!(self.wheel.is_empty(), self.model.live.is_empty());
+        assert_eq!(self.wheel.len(), self.model.len);
+        assert_eq!(self.wheel.is_empty(), self.model.len == 0);
         let now = self.wheel.now();
         match (self.wheel.next_expiration(), self.model.earliest()) {
             (None, None) => {}
             (Some(next), Some(earliest)) => {
                 assert!(
                     now <= next && next <= earliest.max(now),
-                    "next {next}, now {now}"
+                    "next {next}, now {now}, earliest {earliest}"
                 )
             }
             (next, earliest) => panic!("next_expiration {next:?}, earliest {earliest:?}"),
         }
-        for &key in &self.issued {
-            let live = self.model.live.get(&key).map(|&(deadline, _)| deadline);
-            assert_eq!(self.wheel.deadline(key), live, "{key:?}");
-            assert_eq!(self.wheel.contains(key), live.is_some());
-            let value = self.model.live.get(&key).map(|p| self.model.queue[p].1);
-            assert_eq!(self.wheel.get(key).copied(), value);
+    }
+
+    /// Ends the round of `retain` under way, then runs one whole round in calls of `budget`
+    /// with a predicate that rejects by `salt`: it examines every entry once and removes
+    /// exactly the rejected ones.
+    fn retain_round(&mut self, budget: usize, salt: u64) {
+        let budget = budget.max(1);
+        while self.wheel.retain(budget, |_, _| true) == budget {}
+        let mut examined: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+        loop {
+            let n = self.wheel.retain(budget, |deadline, &value| {
+                *examined.entry((deadline, value)).or_default() += 1;
+                !rejects(salt, value)
+            });
+            if n < budget {
+                break;
+            }
         }
+        assert_eq!(
+            examined, self.model.held,
+            "a round examines each entry once"
+        );
+        let rejected: Vec<(u64, u64)> = examined
+            .iter()
+            .filter(|&(&(_, value), _)| rejects(salt, value))
+            .flat_map(|(&key, &n)| std::iter::repeat(key).take(n))
+            .collect();
+        for (deadline, value) in rejected {
+            self.model.take(&Entry { deadline, value });
+        }
+        self.check();
     }
 
     /// Drains the rest: exactly the model's entries come out, and the wheel stays usable.
     fn finish(mut self) {
         let out: Vec<_> = self.wheel.drain().collect();
         for entry in &out {
-            self.model.forget(entry);
+            self.model.take(entry);
         }
-        assert!(self.model.live.is_empty(), "lost: {:?}", self.model.live);
+        assert!(self.model.held.is_empty(), "lost: {:?}", self.model.held);
         self.check();
         assert_eq!(self.wheel.next_expiration(), None);
         let now = self.wheel.now();
-        let key = self.wheel.insert(now.saturating_add(1), 7);
+        self.wheel.insert(now.saturating_add(1), 7);
         let out: Vec<_> = self.wheel.advance(now.saturating_add(1)).collect();
         assert_eq!(
             out,
             [Entry {
-                key,
                 deadline: now.saturating_add(1),
                 value: 7
             }]
@@ -353,11 +380,14 @@ proptest! {
     fn wheel_matches_model(
         slots in prop_oneof![Just(2usize), Just(4), Just(64), Just(512)],
         ops in prop::collection::vec(op(), 1..200),
+        round_budget in 1..100usize,
+        round_salt in any::<u64>(),
     ) {
         let mut harness = Harness::new(slots);
         for op in &ops {
             harness.run(op);
         }
+        harness.retain_round(round_budget, round_salt);
         harness.finish();
     }
 }
