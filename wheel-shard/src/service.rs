@@ -308,7 +308,7 @@ impl TimerService {
                     slot: id.slot(),
                     ticket,
                 };
-                shard.notify(Notice::Place(Placement { deadline, timer }), deadline);
+                shard.notify(Notice::Earlier(Placement { deadline, timer }), deadline);
                 true
             }
         }
@@ -440,7 +440,7 @@ impl Handle {
         // postponed one found by a worker, one moved earlier) come back here.
         for shard in core.shards.iter() {
             while let Some(notice) = shard.notices.steal().success() {
-                let Notice::Place(placement) = notice;
+                let (Notice::Place(placement) | Notice::Earlier(placement)) = notice;
                 unfired.extend(hand_back(core, shard, placement.timer));
             }
         }

@@ -34,6 +34,14 @@ const TRANSFER_CHUNK: usize = 4096;
 /// Due references handed out between two reads of the real clock (for `Stats::queue_delay`).
 const HAND_OUT_BATCH: usize = 64;
 
+/// References a compaction sweep examines per pass at most: each costs a look at its record
+/// (prefetched a few ahead), so a pass stays within a fraction of a millisecond.
+const COMPACT_PER_PASS: usize = 4096;
+
+/// Stale references a wheel may hold before a sweep starts, at least: below this a sweep is
+/// not worth its record reads.
+const COMPACT_MIN_STALE: usize = 4096;
+
 pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
@@ -45,6 +53,11 @@ pub(crate) struct TickLoop<'a> {
     budget_left: usize,
     /// `Shard::cancelled` as of the last pass: cancels since leave stale references behind.
     seen_cancels: u64,
+    /// References in the wheel that went stale since the current or last sweep began (an
+    /// estimate: a cancel or an earlier deadline each leave one).
+    stale: usize,
+    /// References the current compaction sweep has yet to examine (0: no sweep).
+    sweep_left: usize,
 }
 
 impl<'a> TickLoop<'a> {
@@ -58,6 +71,8 @@ impl<'a> TickLoop<'a> {
             budget_tick: 0,
             budget_left: transfer_budget(core),
             seen_cancels: 0,
+            stale: 0,
+            sweep_left: 0,
         }
     }
 
@@ -91,6 +106,7 @@ impl<'a> TickLoop<'a> {
             let placed = self.apply_notices();
             let cancelled = self.note_cancels();
             self.expire(now);
+            let sweeping = self.compact();
             self.publish();
             let ring_waits = !shard.ring.is_empty();
             let next = self.wheel.next_expiration();
@@ -108,7 +124,7 @@ impl<'a> TickLoop<'a> {
             }
             self.sleep(
                 now,
-                wake_tick(next, now, placed || cancelled, ring_waits),
+                wake_tick(next, now, placed || cancelled || sweeping, ring_waits),
                 ring_waits,
             );
         }
@@ -158,18 +174,55 @@ impl<'a> TickLoop<'a> {
         while let Some(notice) = self.shard.notices.steal().success() {
             match notice {
                 Notice::Place(placement) => self.place(placement),
+                Notice::Earlier(placement) => {
+                    // The timer's previous reference is stale now.
+                    self.stale += 1;
+                    self.place(placement);
+                }
             }
             placed = true;
         }
         placed
     }
 
-    /// Whether timers of this shard were cancelled since the last pass.
+    /// Whether timers of this shard were cancelled since the last pass (each left a stale
+    /// reference behind).
     fn note_cancels(&mut self) -> bool {
         let cancels = self.shard.cancelled.load(Ordering::Relaxed);
-        let any = cancels != self.seen_cancels;
+        let new = cancels.wrapping_sub(self.seen_cancels);
         self.seen_cancels = cancels;
-        any
+        self.stale = self.stale.saturating_add(new as usize);
+        new > 0
+    }
+
+    /// Removes stale references (of cancelled or moved timers) from the wheel, so their memory
+    /// comes back long before their deadlines: a sweep over the whole wheel starts once about
+    /// half of it may be stale, and goes [`COMPACT_PER_PASS`] references a pass. Returns
+    /// whether a sweep is under way.
+    fn compact(&mut self) -> bool {
+        if self.sweep_left == 0 {
+            if self.stale < COMPACT_MIN_STALE.max(self.wheel.len() / 2) {
+                return false;
+            }
+            self.sweep_left = self.wheel.len();
+            self.stale = 0;
+        }
+        let table = &self.shard.table;
+        let examined = self.wheel.retain_prefetched(
+            COMPACT_PER_PASS.min(self.sweep_left),
+            |timer| {
+                if let Some(record) = table.record(timer.slot) {
+                    record.prefetch();
+                }
+            },
+            |_, timer| {
+                table
+                    .record(timer.slot)
+                    .is_some_and(|record| record.is_live(timer.ticket))
+            },
+        );
+        self.sweep_left = self.sweep_left.saturating_sub(examined.max(1));
+        self.sweep_left > 0
     }
 
     /// Hands due references to the executor, at most [`EXPIRE_BATCH`] per pass so that a flood
@@ -272,5 +325,61 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<U
 pub(crate) fn drop_unfired(core: &Core, unfired: Vec<Unfired>) {
     for timer in unfired {
         drop_contained(timer, "an unfired task", &core.drop_panics);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::shard::Cancelled;
+    use crate::task::Task;
+    use crate::Config;
+
+    fn core() -> Core {
+        let config = Config {
+            shards: 1,
+            executor_threads: 1,
+            pin_threads: false,
+            ..Config::default()
+        };
+        let clock = crate::clock::Clock::new(config.tick);
+        Core::new(config, clock).unwrap().0
+    }
+
+    #[test]
+    fn references_of_cancelled_timers_are_compacted_away() {
+        let core = core();
+        let shard = &core.shards[0];
+        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        let n = 3 * COMPACT_MIN_STALE;
+        let mut timers = Vec::new();
+        for i in 0..n {
+            let slot = shard.table.claim().unwrap();
+            let record = shard.table.record_of(slot);
+            let deadline = 1_000_000 + i as u64;
+            let (gen, ticket) = record.arm(deadline, Task::once(|| {}));
+            tick.place(Placement {
+                deadline,
+                timer: TimerRef { slot, ticket },
+            });
+            timers.push((slot, gen));
+        }
+        assert!(!tick.compact(), "nothing stale: no sweep");
+        for &(slot, gen) in &timers[..2 * n / 3] {
+            let Cancelled::Now(task) = shard.table.record_of(slot).cancel(gen) else {
+                panic!("pending")
+            };
+            drop(task);
+            shard.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
+        assert!(tick.note_cancels());
+        let mut passes = 0;
+        while tick.compact() {
+            passes += 1;
+        }
+        assert!(passes >= 2, "a sweep goes a bounded batch per pass");
+        assert_eq!(tick.wheel.len(), n / 3, "exactly the stale references went");
+        let unfired = tick.hand_back();
+        assert_eq!(unfired.len(), n / 3, "the live timers are all still there");
     }
 }

@@ -50,9 +50,11 @@ pub(crate) struct Placement {
 
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {
-    /// Place a new reference: a timer moved earlier, found postponed when its old deadline
-    /// came, or re-armed after a run.
+    /// Place a new reference: a timer found postponed when its old deadline came, or
+    /// re-armed after a run.
     Place(Placement),
+    /// Place the new reference of a timer moved earlier; its previous one is stale.
+    Earlier(Placement),
 }
 
 pub(crate) struct Shard {

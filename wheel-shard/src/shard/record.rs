@@ -386,6 +386,13 @@ impl Record {
         }
     }
 
+    /// Whether a reference of ticket `ticket` is the record's live one (a snapshot: a
+    /// reference found stale stays stale, since tickets only move on).
+    pub(crate) fn is_live(&self, ticket: u32) -> bool {
+        let word = self.word.load(Ordering::Acquire);
+        word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
+    }
+
     /// At shutdown, with a reference of ticket `ticket`: the live timer it names, taken out
     /// and retired — its generation, deadline and task — or `None` for a stale reference.
     pub(crate) fn hand_back(&self, ticket: u32) -> Option<(u64, u64, Task)> {
