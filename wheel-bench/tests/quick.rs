@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wheel_bench::histogram::parse_hgrm;
-use wheel_bench::systems::Peer;
-use wheel_bench::{Options, Scenario};
+use wheel_bench::{parse_hgrm, Options, Peer, Scenario};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wheel-bench-{name}-{}", std::process::id()));

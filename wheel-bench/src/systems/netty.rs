@@ -4,17 +4,22 @@
 //! tail. It draws the same delays from the same seed and prints its figures and lateness
 //! samples, which are read back here.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::histogram::new_histogram;
-use crate::result::{Counts, CpuFigures, RunResult, Throughput};
-use crate::scenario::Scenario;
-use crate::systems::{Plan, System};
+use hdrhistogram::Histogram;
+
+use crate::harness::histogram::new_histogram;
+use crate::harness::plan::Plan;
+use crate::harness::result::{Counts, CpuFigures, RunResult, Throughput};
+use crate::harness::scenario::Scenario;
+use crate::harness::system::System;
 
 /// The peer's name.
 pub const NAME: &str = "netty";
+
 /// The harness source, kept in `wheel-bench/java/` and built at run time.
 const SOURCE: &str = include_str!("../../java/NettyBench.java");
 /// Debian's `libnetty-java` puts Netty's common classes here.
@@ -141,61 +146,93 @@ fn harness_args(plan: &Plan<'_>) -> Vec<String> {
     ]
 }
 
-/// Reads the harness's `key value` lines and sample rows into a result.
-fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
-    let mut result = RunResult::new(NAME, plan.scenario, plan.timers, plan.spread, 1);
-    let mut lateness = new_histogram();
-    let mut blocked = new_histogram();
-    let mut figures = std::collections::HashMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-        match (fields.first().copied(), number(1), number(2)) {
-            (Some("lateness"), Some(value), Some(count)) => {
-                lateness.saturating_record_n(value, count)
+/// What the harness printed: `key value` figures and the lateness samples.
+struct HarnessOutput {
+    figures: HashMap<String, u64>,
+    lateness: Histogram<u64>,
+    blocked: Histogram<u64>,
+}
+
+impl HarnessOutput {
+    /// Reads the `key value` lines and the `lateness|blocked value count` rows.
+    fn parse(text: &str) -> Result<HarnessOutput, String> {
+        let mut output = HarnessOutput {
+            figures: HashMap::new(),
+            lateness: new_histogram(),
+            blocked: new_histogram(),
+        };
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+            match (fields.first().copied(), number(1), number(2)) {
+                (Some("lateness"), Some(value), Some(count)) => {
+                    output.lateness.saturating_record_n(value, count)
+                }
+                (Some("blocked"), Some(value), Some(count)) => {
+                    output.blocked.saturating_record_n(value, count)
+                }
+                (Some(key), Some(value), None) => {
+                    output.figures.insert(key.to_string(), value);
+                }
+                _ => return Err(format!("unexpected line from the Java harness: {line:?}")),
             }
-            (Some("blocked"), Some(value), Some(count)) => {
-                blocked.saturating_record_n(value, count)
-            }
-            (Some(key), Some(value), None) => {
-                figures.insert(key.to_string(), value);
-            }
-            _ => return Err(format!("unexpected line from the Java harness: {line:?}")),
         }
+        Ok(output)
     }
-    let get = |key: &str| {
-        figures
+
+    /// A figure the harness must report.
+    fn get(&self, key: &str) -> Result<u64, String> {
+        self.figures
             .get(key)
             .copied()
             .ok_or_else(|| format!("the Java harness did not report {key}"))
-    };
-    result.cpu = CpuFigures {
-        timer_ns: get("cpu_ns")?,
-        executor_ns: None,
-        threads: "netty-wheel (its worker; callbacks run there too)".into(),
-    };
+    }
+
+    /// CPU time of the worker (callbacks run there too).
+    fn cpu(&self) -> Result<CpuFigures, String> {
+        Ok(CpuFigures {
+            timer_ns: self.get("cpu_ns")?,
+            executor_ns: None,
+            threads: "netty-wheel (its worker; callbacks run there too)".into(),
+        })
+    }
+
+    fn counts(&self) -> Result<Counts, String> {
+        Ok(Counts {
+            scheduled: self.get("scheduled")?,
+            fired: self.get("fired")?,
+            cancelled: self.get("cancelled")?,
+            cancel_calls: self.get("cancel_calls")?,
+            unfired: self.get("unfired")?,
+            duplicates: self.get("duplicates")?,
+            early: self.get("early")?,
+            ..Counts::default()
+        })
+    }
+
+    fn throughput(&self, counts: &Counts) -> Result<Throughput, String> {
+        let rate = |ops: u64, ns: u64| (ops > 0 && ns > 0).then(|| ops as f64 * 1e9 / ns as f64);
+        Ok(Throughput {
+            schedule_per_sec: rate(counts.scheduled, self.get("schedule_ns")?),
+            cancel_per_sec: rate(counts.cancel_calls, self.get("cancel_ns")?),
+            reschedule_per_sec: None,
+        })
+    }
+}
+
+/// Reads the harness's output into a result.
+fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
+    let output = HarnessOutput::parse(text)?;
+    let mut result = RunResult::new(NAME, plan.scenario, plan.timers, plan.spread, 1);
+    result.cpu = output.cpu()?;
     if plan.scenario == Scenario::Idle {
         result.wall_secs = plan.idle_for.as_secs_f64();
         return Ok(result);
     }
-    result.counts = Counts {
-        scheduled: get("scheduled")?,
-        fired: get("fired")?,
-        cancelled: get("cancelled")?,
-        cancel_calls: get("cancel_calls")?,
-        unfired: get("unfired")?,
-        duplicates: get("duplicates")?,
-        early: get("early")?,
-        ..Counts::default()
-    };
-    let rate = |ops: u64, ns: u64| (ops > 0 && ns > 0).then(|| ops as f64 * 1e9 / ns as f64);
-    result.throughput = Throughput {
-        schedule_per_sec: rate(result.counts.scheduled, get("schedule_ns")?),
-        cancel_per_sec: rate(result.counts.cancel_calls, get("cancel_ns")?),
-        reschedule_per_sec: None,
-    };
-    result.wall_secs = get("wall_ns")? as f64 / 1e9;
-    let ran_after_cancel = get("ran_after_cancel")?;
+    result.counts = output.counts()?;
+    result.throughput = output.throughput(&result.counts)?;
+    result.wall_secs = output.get("wall_ns")? as f64 / 1e9;
+    let ran_after_cancel = output.get("ran_after_cancel")?;
     if ran_after_cancel > 0 {
         result.problems.push(format!(
             "{ran_after_cancel} timers ran although cancel returned true"
@@ -204,34 +241,42 @@ fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
     result.notes.push(format!(
         "JVM: {} warm-up rounds; {} GCs taking {} ms during the measured round; memory not comparable (separate process)",
         plan.jvm_warmup_rounds,
-        get("gc_count")?,
-        get("gc_ms")?
+        output.get("gc_count")?,
+        output.get("gc_ms")?
     ));
     result.check_counts();
-    let blocked = (plan.scenario == Scenario::Slow).then_some(blocked);
-    result.set_lateness(lateness, blocked);
+    let blocked = (plan.scenario == Scenario::Slow).then_some(output.blocked);
+    result.set_lateness(output.lateness, blocked);
     Ok(result)
 }
 
 #[cfg(test)]
 mod tests {
+    use wheel_shard::Config;
+
     use super::*;
-    use crate::progress::Progress;
+    use crate::host::progress::Progress;
+
+    const OUTPUT: &str = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
 
     #[test]
     fn harness_output_is_read() {
-        let options = crate::options::Options::quick();
+        let config = Config::default();
         let progress = Progress::new(true);
-        let plan = Plan::new(
-            &options,
-            Scenario::Rpc,
-            4,
-            Duration::from_secs(1),
-            Path::new("/nonexistent"),
-            &progress,
-        );
-        let text = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
-        let result = parse_output(text, &plan).unwrap();
+        let plan = Plan {
+            scenario: Scenario::Rpc,
+            timers: 4,
+            spread: Duration::from_secs(1),
+            producers: 1,
+            seed: 1,
+            idle_for: Duration::from_secs(1),
+            config: &config,
+            work_dir: Path::new("/nonexistent"),
+            jvm_warmup_rounds: 1,
+            warmup_rounds: 1,
+            progress: &progress,
+        };
+        let result = parse_output(OUTPUT, &plan).unwrap();
         assert!(result.problems.is_empty(), "{:?}", result.problems);
         assert_eq!(result.lateness.count, 2);
         assert_eq!(result.throughput.schedule_per_sec, Some(1e7));

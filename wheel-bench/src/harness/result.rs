@@ -1,13 +1,14 @@
 //! [`RunResult`]: everything one run of one system measured (the rows of every table and of
-//! results.json).
+//! results.json), and [`Skipped`]: a run that did not happen. The harness and the Netty peer
+//! fill them in; [`crate::report`] reads them.
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::histogram::Percentiles;
-use crate::scenario::Scenario;
+use crate::harness::histogram::Percentiles;
+use crate::harness::scenario::Scenario;
 
 /// One system's run of one scenario.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -16,7 +17,7 @@ pub struct RunResult {
     pub scenario: Scenario,
     /// Timers the run was asked to schedule.
     pub timers: u64,
-    #[serde(with = "crate::format::duration_text")]
+    #[serde(with = "duration_text")]
     pub spread: Duration,
     pub producers: usize,
     pub counts: Counts,
@@ -110,6 +111,14 @@ pub struct CpuFigures {
     pub threads: String,
 }
 
+/// A run that did not happen, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub system: String,
+    pub scenario: Scenario,
+    pub reason: String,
+}
+
 impl RunResult {
     /// A result with only its identity filled in.
     pub fn new(
@@ -158,10 +167,23 @@ impl RunResult {
             ));
         }
     }
+}
 
-    /// A label for tables and plots: system and size ("wheel 10M").
-    pub fn label(&self) -> String {
-        format!("{} {}", self.system, crate::format::count_text(self.timers))
+/// Serde for `Duration` as humantime text ("10s", "500ms").
+pub(crate) mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `d` as "10s".
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    /// Reads "10s" back.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -5,13 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::probe::{RunGuard, Samples};
-use crate::proc;
-use crate::producer::{produce_all, Totals};
-use crate::result::{CpuFigures, MemoryFigures, RunResult};
-use crate::scenario::Scenario;
-use crate::systems::{OwnCounts, Plan, ThreadRoles, Timers};
-use crate::task::SLOW_BLOCK;
+use crate::harness::plan::Plan;
+use crate::harness::probe::{RunGuard, Samples};
+use crate::harness::producer::{produce_all, Totals};
+use crate::harness::result::{CpuFigures, MemoryFigures, RunResult};
+use crate::harness::scenario::Scenario;
+use crate::harness::task::SLOW_BLOCK;
+use crate::harness::timers::{OwnCounts, ThreadRoles, Timers};
+use crate::host::proc;
 
 /// How long past the last deadline the driver waits for callbacks before it gives up.
 const GRACE: Duration = Duration::from_secs(30);

@@ -59,6 +59,9 @@ pub fn thread_times() -> ThreadTimes {
     ThreadTimes { threads }
 }
 
+/// USER_HZ is 100 on Linux.
+const NS_PER_CLOCK_TICK: u64 = 10_000_000;
+
 fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
     if let Ok(schedstat) = fs::read_to_string(task_dir.join("schedstat")) {
         if let Some(ns) = schedstat
@@ -74,7 +77,7 @@ fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
     let after_name = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 10_000_000) // USER_HZ is 100 on Linux
+    Some(ticks * NS_PER_CLOCK_TICK)
 }
 
 impl ThreadTimes {

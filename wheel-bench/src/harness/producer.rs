@@ -8,12 +8,16 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
-use crate::bitset::Bitset;
-use crate::delays::Draws;
-use crate::probe::RunHandle;
-use crate::scenario::{Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000};
-use crate::systems::{Outcome, Plan, Timers};
-use crate::task::Task;
+use crate::harness::bitset::Bitset;
+use crate::harness::delays::Draws;
+use crate::harness::plan::Plan;
+use crate::harness::probe::RunHandle;
+use crate::harness::result::Throughput;
+use crate::harness::scenario::{
+    Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000,
+};
+use crate::harness::task::Task;
+use crate::harness::timers::{Outcome, Timers};
 
 /// Timers scheduled between two follow-ups (and timed together).
 const BATCH: u32 = 1024;
@@ -48,8 +52,8 @@ impl Totals {
     }
 
     /// Throughput of each operation, summed over producers.
-    pub fn throughput(&self) -> crate::result::Throughput {
-        crate::result::Throughput {
+    pub fn throughput(&self) -> Throughput {
+        Throughput {
             schedule_per_sec: self.schedule_rate,
             cancel_per_sec: self.cancel_rate,
             reschedule_per_sec: self.reschedule_rate,

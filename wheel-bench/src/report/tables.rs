@@ -1,16 +1,24 @@
 //! The tables a run prints and puts in report.md, built from its results.
 
-use crate::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
-use crate::result::RunResult;
-use crate::scenario::Scenario;
-use crate::table::Table;
+use crate::harness::result::{RunResult, Skipped};
+use crate::harness::scenario::Scenario;
+use crate::options::Options;
+use crate::report::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
+use crate::report::table::Table;
 
-/// A skipped system and why.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Skipped {
-    pub system: String,
-    pub scenario: Scenario,
-    pub reason: String,
+/// Every table of the run, in print order.
+pub(crate) fn all_tables(
+    options: &Options,
+    results: &[RunResult],
+    skipped: &[Skipped],
+) -> Vec<Table> {
+    let mut tables: Vec<Table> = options
+        .scenarios
+        .iter()
+        .flat_map(|s| scenario_tables(*s, results, options.peer_timers))
+        .collect();
+    tables.extend(skipped_table(skipped));
+    tables
 }
 
 /// Every table for `scenario`: all its runs, then (when peers ran) the side-by-side at
@@ -53,16 +61,20 @@ fn op_rate(rate: Option<f64>) -> String {
     rate.map_or_else(|| "–".into(), rate_text)
 }
 
-fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
-    let follow_up = match scenario {
-        Scenario::Rpc => "cancel/s",
-        Scenario::Heartbeat => "resched/s",
-        _ => "",
-    };
-    let mut headers = vec!["system", "timers", "spread", "schedule/s"];
-    if !follow_up.is_empty() {
-        headers.push(follow_up);
+/// The follow-up operation whose rate the scenario's main table shows, if any.
+fn follow_up(scenario: Scenario) -> Option<&'static str> {
+    match scenario {
+        Scenario::Rpc => Some("cancel/s"),
+        Scenario::Heartbeat => Some("resched/s"),
+        _ => None,
     }
+}
+
+/// Every run of the scenario: rates, lateness, memory, CPU time, wake-ups and whether the
+/// counts added up.
+fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
+    let mut headers = vec!["system", "timers", "spread", "schedule/s"];
+    headers.extend(follow_up(scenario));
     headers.extend([
         "p50",
         "p90",
@@ -79,7 +91,6 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
     ]);
     let mut table = Table::new(format!("{scenario}: {}", scenario.describe()), &headers);
     for run in runs {
-        let l = run.lateness;
         let mut row = vec![
             run.system.clone(),
             count_text(run.timers),
@@ -91,17 +102,8 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
             Scenario::Heartbeat => row.push(op_rate(run.throughput.reschedule_per_sec)),
             _ => {}
         }
-        row.extend(
-            [
-                l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.p9999_ns, l.max_ns,
-            ]
-            .map(nanos_text),
-        );
-        row.push(run.memory.map_or("–".into(), |m| bytes_text(m.peak_rss)));
-        row.push(
-            run.memory
-                .map_or("–".into(), |m| format!("{:.1}", m.bytes_per_timer)),
-        );
+        row.extend(lateness_cells(run));
+        row.extend(memory_cells(run));
         row.push(nanos_text(run.cpu.timer_ns));
         row.push(run.cpu.executor_ns.map_or("(inline)".into(), nanos_text));
         row.push(run.wakeups.map_or("–".into(), |w| w.to_string()));
@@ -113,6 +115,23 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
         table.push(row);
     }
     table
+}
+
+/// p50 … max of the lateness.
+fn lateness_cells(run: &RunResult) -> [String; 6] {
+    let l = run.lateness;
+    [
+        l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.p9999_ns, l.max_ns,
+    ]
+    .map(nanos_text)
+}
+
+/// Peak RSS and bytes per timer.
+fn memory_cells(run: &RunResult) -> [String; 2] {
+    match run.memory {
+        Some(m) => [bytes_text(m.peak_rss), format!("{:.1}", m.bytes_per_timer)],
+        None => ["–".into(), "–".into()],
+    }
 }
 
 fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
@@ -219,7 +238,7 @@ fn idle_table(runs: &[&RunResult]) -> Table {
 }
 
 /// The skipped systems as a table (empty when none were).
-pub fn skipped_table(skipped: &[Skipped]) -> Option<Table> {
+fn skipped_table(skipped: &[Skipped]) -> Option<Table> {
     if skipped.is_empty() {
         return None;
     }
@@ -239,7 +258,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::result::MemoryFigures;
+    use crate::harness::result::MemoryFigures;
 
     fn run(system: &str, timers: u64, rate: f64, p99: u64) -> RunResult {
         let mut r = RunResult::new(system, Scenario::Fire, timers, Duration::from_secs(1), 1);

@@ -1,0 +1,10 @@
+//! The host: facts about the machine and this process that every run reads, whatever system
+//! it measures. Nothing here knows about timers.
+//!
+//! - [`machine`]: cores, CPU model, memory, kernel, and how busy the machine was at start.
+//! - [`proc`]: resident memory and per-thread CPU time.
+//! - [`progress`]: the progress bars.
+
+pub(crate) mod machine;
+pub(crate) mod proc;
+pub(crate) mod progress;
