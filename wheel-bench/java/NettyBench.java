@@ -187,6 +187,7 @@ public final class NettyBench {
         List<Integer> keptIndices = new ArrayList<>();
         List<Timeout> prevTimeouts = new ArrayList<>();
         List<Integer> prevIndices = new ArrayList<>();
+        long producerCpu0 = threads.getCurrentThreadCpuTime();
         long started = System.nanoTime();
         for (int start = 0; start < timers; start += BATCH) {
             int end = Math.min(timers, start + BATCH);
@@ -223,6 +224,7 @@ public final class NettyBench {
         if (rpc) {
             cancels.cancelAll(prevTimeouts, prevIndices);
         }
+        long producerCpu = threads.getCurrentThreadCpuTime() - producerCpu0;
         long giveUp = maxDeadline + TimeUnit.SECONDS.toNanos(30);
         while (record.fired.get() + cancels.done < timers && System.nanoTime() < giveUp) {
             Thread.sleep(5);
@@ -241,6 +243,7 @@ public final class NettyBench {
         }
         System.out.println("scheduled " + timers);
         System.out.println("schedule_ns " + scheduleNs);
+        System.out.println("producer_cpu_ns " + producerCpu);
         System.out.println("cancel_calls " + cancels.calls);
         System.out.println("cancel_ns " + cancels.nanos);
         System.out.println("cancelled " + cancels.done);

@@ -75,8 +75,24 @@ fn quick_run_writes_outputs_and_every_timer_fires_once() {
     for run in runs {
         assert_eq!(run["system"], "wheel");
         assert!(run["problems"].as_array().unwrap().is_empty(), "{run}");
+        let cpu = &run["cpu"];
+        // The keys older scripts read, and the cost per timer of each thread role.
+        assert!(
+            cpu["timer_ns"].is_u64() && cpu["executor_ns"].is_u64(),
+            "{cpu}"
+        );
+        let per_timer = ["producer", "tick", "executor"].map(|role| {
+            cpu.get(format!("{role}_ns_per_timer"))
+                .unwrap_or_else(|| panic!("cpu.{role}_ns_per_timer missing: {cpu}"))
+                .as_f64()
+        });
         if run["scenario"] == "idle" {
+            assert_eq!(per_timer, [None; 3], "no timers, no cost per timer: {cpu}");
             continue;
+        }
+        for (role, ns) in ["producer", "tick", "executor"].iter().zip(per_timer) {
+            let ns = ns.unwrap_or_else(|| panic!("no {role} ns/timer: {cpu}"));
+            assert!(ns > 0.0 && ns < 1e7, "{role}: {ns} ns per timer");
         }
         let c = &run["counts"];
         let n = |k: &str| c[k].as_u64().unwrap();

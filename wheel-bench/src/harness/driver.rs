@@ -108,6 +108,8 @@ fn measure<T: Timers>(
         fired_then,
     ));
     set_usage(result, &before, &after, roles);
+    result.cpu.producer_ns = totals.producer_cpu_ns;
+    result.cpu.set_per_timer(totals.scheduled);
     if !finished_waiting {
         result.problems.push(missing());
     }
@@ -242,7 +244,8 @@ fn memory_figures(
     }
 }
 
-/// CPU time of the timer and executor threads between two snapshots.
+/// CPU time of the timer and executor threads between two snapshots (the producers' and the
+/// per-timer figures are filled in by the caller).
 fn cpu_figures(
     before: &proc::ThreadTimes,
     after: &proc::ThreadTimes,
@@ -253,6 +256,7 @@ fn cpu_figures(
         timer_ns: after.since(before, timer),
         executor_ns: executor.map(|prefix| after.since(before, prefix)),
         threads: describe_roles(timer, executor),
+        ..CpuFigures::default()
     }
 }
 

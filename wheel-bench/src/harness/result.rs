@@ -100,15 +100,43 @@ pub struct MemoryFigures {
     pub bytes_per_timer: f64,
 }
 
-/// CPU time of the system's threads during the run.
+/// CPU time of the system's threads during the measured round, by thread role, in total and
+/// per timer scheduled.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuFigures {
     /// Threads that keep time (tick threads, timer threads, runtime workers).
     pub timer_ns: u64,
     /// Threads that run callbacks, when they are not the timer threads.
     pub executor_ns: Option<u64>,
+    /// The producer threads, while they schedule (and cancel or reschedule, as the scenario
+    /// says), where their CPU time could be read.
+    #[serde(default)]
+    pub producer_ns: Option<u64>,
     /// How the threads were told apart.
     pub threads: String,
+    /// `producer_ns` per timer scheduled.
+    #[serde(default)]
+    pub producer_ns_per_timer: Option<f64>,
+    /// `timer_ns` per timer scheduled (for systems without an executor, callbacks included).
+    #[serde(default)]
+    pub tick_ns_per_timer: Option<f64>,
+    /// `executor_ns` per timer scheduled (`None` when callbacks run on the timer threads).
+    #[serde(default)]
+    pub executor_ns_per_timer: Option<f64>,
+}
+
+impl CpuFigures {
+    /// Fills the per-timer figures from the totals, for `timers` scheduled.
+    pub fn set_per_timer(&mut self, timers: u64) {
+        self.producer_ns_per_timer = self.producer_ns.and_then(|ns| per_timer(ns, timers));
+        self.tick_ns_per_timer = per_timer(self.timer_ns, timers);
+        self.executor_ns_per_timer = self.executor_ns.and_then(|ns| per_timer(ns, timers));
+    }
+}
+
+/// `ns` spread over `timers` (`None` when there were none).
+fn per_timer(ns: u64, timers: u64) -> Option<f64> {
+    (timers > 0).then(|| ns as f64 / timers as f64)
 }
 
 /// A run that did not happen, and why.
@@ -212,5 +240,39 @@ mod tests {
         run.counts = Counts { fired: 6, ..good };
         run.check_counts();
         assert_eq!(run.problems.len(), 1);
+    }
+
+    #[test]
+    fn cpu_per_timer_divides_each_role_by_the_timers_scheduled() {
+        let mut cpu = CpuFigures {
+            timer_ns: 3_000,
+            executor_ns: Some(5_000),
+            producer_ns: Some(1_000),
+            ..CpuFigures::default()
+        };
+        cpu.set_per_timer(10);
+        assert_eq!(
+            (
+                cpu.producer_ns_per_timer,
+                cpu.tick_ns_per_timer,
+                cpu.executor_ns_per_timer
+            ),
+            (Some(100.0), Some(300.0), Some(500.0))
+        );
+        let mut inline = CpuFigures {
+            timer_ns: 3_000,
+            ..CpuFigures::default()
+        };
+        inline.set_per_timer(10);
+        assert_eq!(inline.tick_ns_per_timer, Some(300.0));
+        assert_eq!(
+            (inline.producer_ns_per_timer, inline.executor_ns_per_timer),
+            (None, None)
+        );
+        cpu.set_per_timer(0);
+        assert_eq!(
+            cpu.tick_ns_per_timer, None,
+            "idle: no timers, no per-timer cost"
+        );
     }
 }

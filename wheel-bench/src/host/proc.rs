@@ -59,6 +59,11 @@ pub fn thread_times() -> ThreadTimes {
     ThreadTimes { threads }
 }
 
+/// CPU time (ns) of the calling thread so far (`None` where /proc is missing).
+pub fn this_thread_cpu_ns() -> Option<u64> {
+    cpu_ns(std::path::Path::new("/proc/thread-self"))
+}
+
 /// USER_HZ is 100 on Linux.
 const NS_PER_CLOCK_TICK: u64 = 10_000_000;
 
@@ -130,5 +135,16 @@ mod tests {
         let busy = after.since(&before, "probe-busy-");
         assert!(busy >= 20_000_000, "{busy} ns");
         assert_eq!(after.since(&before, "no-such-thread"), 0);
+    }
+
+    #[test]
+    fn this_threads_cpu_time_is_read() {
+        let before = this_thread_cpu_ns().unwrap();
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::black_box(0u64);
+        }
+        let after = this_thread_cpu_ns().unwrap();
+        assert!(after > before, "{before} -> {after}");
     }
 }

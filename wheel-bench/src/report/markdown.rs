@@ -156,7 +156,16 @@ const METHOD: &str = "
   system before its first timer (before any warm-up round), divided by the timers scheduled
   (some have fired by then; freed memory the allocator keeps still counts). Peak RSS is
   VmHWM, reset at the start of the measured round. The allocator is mimalloc.
-- CPU time is each thread's schedstat run time, by thread name, over the measured round.
+- CPU time is each thread's schedstat run time over the measured round, by role, and per
+  timer scheduled (`ns/timer` columns; results.json `cpu.*_ns_per_timer`):
+  - *producer*: the scheduling threads, read by each thread itself from its first schedule to
+    its last follow-up, so cancels (`rpc`) and reschedules (`heartbeat`) are in it, and so is
+    the harness's own work per timer (drawing the delay, making the task, a clock read every
+    64 timers); Netty's is its main thread's, from the JVM.
+  - *tick*: the threads that keep time, by thread name (wheel: `wheel-tick-*`); for the peers
+    whose callbacks run on those same threads (every peer here), callbacks included.
+  - *exec*: the threads that run callbacks when they are others (wheel: `wheel-exec-*`);
+    `inline` where they are the timer threads.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'

@@ -70,8 +70,8 @@ fn follow_up(scenario: Scenario) -> Option<&'static str> {
     }
 }
 
-/// Every run of the scenario: rates, lateness, memory, CPU time, wake-ups and whether the
-/// counts added up.
+/// Every run of the scenario: rates, lateness, memory, CPU per timer by thread role, wake-ups
+/// and whether the counts added up.
 fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
     let mut headers = vec!["system", "timers", "spread", "schedule/s"];
     headers.extend(follow_up(scenario));
@@ -84,8 +84,9 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
         "max",
         "peak RSS",
         "B/timer",
-        "CPU timer",
-        "CPU exec",
+        "prod ns/timer",
+        "tick ns/timer",
+        "exec ns/timer",
         "wake-ups",
         "counts",
     ]);
@@ -104,8 +105,7 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
         }
         row.extend(lateness_cells(run));
         row.extend(memory_cells(run));
-        row.push(nanos_text(run.cpu.timer_ns));
-        row.push(run.cpu.executor_ns.map_or("(inline)".into(), nanos_text));
+        row.extend(cpu_per_timer_cells(run));
         row.push(run.wakeups.map_or("–".into(), |w| w.to_string()));
         row.push(if run.problems.is_empty() {
             "ok".into()
@@ -132,6 +132,25 @@ fn memory_cells(run: &RunResult) -> [String; 2] {
         Some(m) => [bytes_text(m.peak_rss), format!("{:.1}", m.bytes_per_timer)],
         None => ["–".into(), "–".into()],
     }
+}
+
+/// CPU ns per timer of the producer, tick and executor threads.
+fn cpu_per_timer_cells(run: &RunResult) -> [String; 3] {
+    let cpu = &run.cpu;
+    let executor = match (cpu.executor_ns, cpu.executor_ns_per_timer) {
+        (None, _) => "inline".to_string(),
+        (Some(_), per_timer) => per_timer_text(per_timer),
+    };
+    [
+        per_timer_text(cpu.producer_ns_per_timer),
+        per_timer_text(cpu.tick_ns_per_timer),
+        executor,
+    ]
+}
+
+/// A per-timer cost: "312", or "n/a" where it could not be measured.
+fn per_timer_text(ns: Option<f64>) -> String {
+    ns.map_or("n/a".into(), |ns| format!("{ns:.0}"))
 }
 
 fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
@@ -292,5 +311,28 @@ mod tests {
         let results = vec![run("wheel", 100_000, 10e6, 1_000_000)];
         assert_eq!(scenario_tables(Scenario::Fire, &results, 100_000).len(), 1);
         assert!(scenario_tables(Scenario::Rpc, &results, 100_000).is_empty());
+    }
+
+    #[test]
+    fn main_table_shows_cost_per_timer_by_role() {
+        let mut wheel = run("wheel", 100_000, 10e6, 1_000_000);
+        wheel.cpu.executor_ns = Some(1);
+        wheel.cpu.producer_ns_per_timer = Some(95.4);
+        wheel.cpu.tick_ns_per_timer = Some(40.0);
+        wheel.cpu.executor_ns_per_timer = Some(120.0);
+        let mut heap = run("binary-heap", 100_000, 2e6, 3_000_000);
+        heap.cpu.tick_ns_per_timer = Some(700.0);
+        let tables = scenario_tables(Scenario::Fire, &[wheel, heap], 100_000);
+        let main = &tables[0];
+        let cell = |row: usize, header: &str| {
+            let column = main.headers.iter().position(|h| h == header).unwrap();
+            main.rows[row][column].clone()
+        };
+        assert_eq!(cell(0, "prod ns/timer"), "95");
+        assert_eq!(cell(0, "tick ns/timer"), "40");
+        assert_eq!(cell(0, "exec ns/timer"), "120");
+        assert_eq!(cell(1, "prod ns/timer"), "n/a");
+        assert_eq!(cell(1, "tick ns/timer"), "700");
+        assert_eq!(cell(1, "exec ns/timer"), "inline");
     }
 }

@@ -19,7 +19,6 @@ use crate::harness::system::System;
 
 /// The peer's name.
 pub const NAME: &str = "netty";
-
 /// The harness source, kept in `wheel-bench/java/` and built at run time.
 const SOURCE: &str = include_str!("../../java/NettyBench.java");
 /// Debian's `libnetty-java` puts Netty's common classes here.
@@ -188,12 +187,14 @@ impl HarnessOutput {
             .ok_or_else(|| format!("the Java harness did not report {key}"))
     }
 
-    /// CPU time of the worker (callbacks run there too).
+    /// CPU time of the worker (callbacks run there too) and of the scheduling thread.
     fn cpu(&self) -> Result<CpuFigures, String> {
         Ok(CpuFigures {
             timer_ns: self.get("cpu_ns")?,
             executor_ns: None,
+            producer_ns: self.figures.get("producer_cpu_ns").copied(),
             threads: "netty-wheel (its worker; callbacks run there too)".into(),
+            ..CpuFigures::default()
         })
     }
 
@@ -230,6 +231,7 @@ fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
         return Ok(result);
     }
     result.counts = output.counts()?;
+    result.cpu.set_per_timer(result.counts.scheduled);
     result.throughput = output.throughput(&result.counts)?;
     result.wall_secs = output.get("wall_ns")? as f64 / 1e9;
     let ran_after_cancel = output.get("ran_after_cancel")?;
@@ -257,13 +259,31 @@ mod tests {
     use super::*;
     use crate::host::progress::Progress;
 
-    const OUTPUT: &str = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
+    const OUTPUT: &str = "scheduled 4\nschedule_ns 400\nproducer_cpu_ns 800\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 20\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
+
+    fn check(plan: &Plan<'_>) {
+        let result = parse_output(OUTPUT, plan).unwrap();
+        assert!(result.problems.is_empty(), "{:?}", result.problems);
+        assert_eq!(result.lateness.count, 2);
+        assert_eq!(result.throughput.schedule_per_sec, Some(1e7));
+        assert_eq!(result.cpu.producer_ns_per_timer, Some(200.0));
+        assert_eq!(result.cpu.tick_ns_per_timer, Some(5.0));
+        assert_eq!(result.cpu.executor_ns_per_timer, None);
+        assert!(parse_output("what\n", plan).is_err());
+        assert!(parse_output("scheduled 4\n", plan)
+            .unwrap_err()
+            .contains("cpu_ns"));
+        // An older harness without the producer's CPU time still parses.
+        let old = OUTPUT.replace("producer_cpu_ns 800\n", "");
+        let result = parse_output(&old, plan).unwrap();
+        assert_eq!(result.cpu.producer_ns_per_timer, None);
+    }
 
     #[test]
     fn harness_output_is_read() {
         let config = Config::default();
         let progress = Progress::new(true);
-        let plan = Plan {
+        check(&Plan {
             scenario: Scenario::Rpc,
             timers: 4,
             spread: Duration::from_secs(1),
@@ -275,14 +295,6 @@ mod tests {
             jvm_warmup_rounds: 1,
             warmup_rounds: 1,
             progress: &progress,
-        };
-        let result = parse_output(OUTPUT, &plan).unwrap();
-        assert!(result.problems.is_empty(), "{:?}", result.problems);
-        assert_eq!(result.lateness.count, 2);
-        assert_eq!(result.throughput.schedule_per_sec, Some(1e7));
-        assert!(parse_output("what\n", &plan).is_err());
-        assert!(parse_output("scheduled 4\n", &plan)
-            .unwrap_err()
-            .contains("cpu_ns"));
+        });
     }
 }
