@@ -134,6 +134,10 @@ fn child_args(options: &Options, work_dir: &Path) -> Vec<String> {
         format!("--idle-for={}", duration(options.idle_for)),
         format!("--jvm-warmup-rounds={}", options.jvm_warmup_rounds),
         format!("--warmup-rounds={}", options.warmup_rounds),
+        format!(
+            "--stall-probe={}",
+            if options.stall_probe { "on" } else { "off" }
+        ),
         format!("--out={}", work_dir.display()),
     ];
     if let Some(config) = &options.config_file {

@@ -11,7 +11,7 @@
 //! - `harness/`: how one in-process run is done and measured, the same for every system: the
 //!   driver, producer threads, scenarios, the lateness probe, the result of a run.
 //! - `report/`: tables, `.hgrm` histograms, SVG plots, report.md and results.json.
-//! - `host/`: the machine, /proc figures, progress bars.
+//! - `host/`: the machine, /proc figures, the host stall probe, progress bars.
 //!
 //! Imports run one way: `run`/`child` → `report` → `options` → `systems` → `harness` →
 //! `host`.

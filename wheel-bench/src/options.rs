@@ -6,8 +6,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser};
+use clap::{ArgAction, CommandFactory, Parser};
 use serde::Serialize;
 use wheel_shard::Config;
 
@@ -134,6 +135,20 @@ pub struct Options {
     /// so their memory is warm as a long-running service's is; 0 measures them cold.
     #[arg(long, default_value_t = 1)]
     pub warmup_rounds: u32,
+    /// The host stall probe (on or off): a thread that reads the clock in a tight loop during
+    /// each measured round, so the report tells the VM's stalls from the service's lateness.
+    /// Off by default: on a 2-core VM it changes the figures it sits beside (wheel's tick
+    /// threads' CPU per timer reads a tenth to a quarter lower; see report.md, "How it is
+    /// measured").
+    #[arg(
+        long,
+        value_name = "on|off",
+        value_parser = BoolishValueParser::new(),
+        action = ArgAction::Set,
+        default_value = "off",
+        hide_possible_values = true
+    )]
+    pub stall_probe: bool,
     /// No progress bars and no tables (for scripts; read results.json).
     #[arg(long)]
     pub quiet: bool,
@@ -213,6 +228,7 @@ impl Options {
             work_dir,
             jvm_warmup_rounds: self.jvm_warmup_rounds,
             warmup_rounds: self.warmup_rounds,
+            stall_probe: self.stall_probe,
             progress,
         }
     }
@@ -245,8 +261,10 @@ mod tests {
         assert_eq!(o.peers.len(), 4);
         assert_eq!((o.warmup_rounds, o.jvm_warmup_rounds), (1, 2));
         assert_eq!((o.seed, o.producers), (24301, 1));
-        assert!(!o.quick && !o.quiet);
+        assert!(!o.stall_probe && !o.quick && !o.quiet);
         assert_eq!(options(&["--warmup-rounds", "0"]).unwrap().warmup_rounds, 0);
+        assert!(options(&["--stall-probe", "on"]).unwrap().stall_probe);
+        assert!(!options(&["--stall-probe=off"]).unwrap().stall_probe);
     }
 
     #[test]

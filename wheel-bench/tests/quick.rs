@@ -35,16 +35,19 @@ fn read_json(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn quick_run_writes_outputs_and_every_timer_fires_once() {
-    let options = quick(
-        "wheel",
-        vec![
-            Scenario::Fire,
-            Scenario::Rpc,
-            Scenario::Heartbeat,
-            Scenario::Idle,
-        ],
-        Vec::new(),
-    );
+    let options = Options {
+        stall_probe: true,
+        ..quick(
+            "wheel",
+            vec![
+                Scenario::Fire,
+                Scenario::Rpc,
+                Scenario::Heartbeat,
+                Scenario::Idle,
+            ],
+            Vec::new(),
+        )
+    };
     let outcome = wheel_bench::run(&options).expect("bench runs");
     let dir = &outcome.out_dir;
     for file in [
@@ -86,10 +89,19 @@ fn quick_run_writes_outputs_and_every_timer_fires_once() {
                 .unwrap_or_else(|| panic!("cpu.{role}_ns_per_timer missing: {cpu}"))
                 .as_f64()
         });
+        let stalls = &run["host_stalls"];
         if run["scenario"] == "idle" {
             assert_eq!(per_timer, [None; 3], "no timers, no cost per timer: {cpu}");
+            assert!(
+                stalls.is_null(),
+                "the stall probe watches measured rounds only"
+            );
             continue;
         }
+        for key in ["longest_ns", "gaps_over_200us", "lost_ns", "observed_ns"] {
+            assert!(stalls[key].is_u64(), "host_stalls.{key} missing: {run}");
+        }
+        assert!(stalls["observed_ns"].as_u64().unwrap() > 0);
         for (role, ns) in ["producer", "tick", "executor"].iter().zip(per_timer) {
             let ns = ns.unwrap_or_else(|| panic!("no {role} ns/timer: {cpu}"));
             assert!(ns > 0.0 && ns < 1e7, "{role}: {ns} ns per timer");
@@ -146,6 +158,10 @@ fn in_process_peers_account_for_every_timer() {
         outcome.text
     );
     for run in &outcome.results {
+        assert!(
+            run.host_stalls.is_none(),
+            "the stall probe is off by default"
+        );
         assert_eq!(
             run.counts.fired + run.counts.cancelled + run.counts.unfired,
             5_000,

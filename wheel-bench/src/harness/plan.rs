@@ -25,5 +25,7 @@ pub struct Plan<'a> {
     /// Unmeasured rounds of this plan an in-process system runs, on the same instance,
     /// before the measured one.
     pub warmup_rounds: u32,
+    /// Whether a host stall probe watches the measured round (see [`crate::host::stalls`]).
+    pub stall_probe: bool,
     pub progress: &'a Progress,
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::harness::histogram::Percentiles;
 use crate::harness::scenario::Scenario;
+use crate::host::stalls::HostStalls;
 
 /// One system's run of one scenario.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -30,6 +31,9 @@ pub struct RunResult {
     pub cpu: CpuFigures,
     /// Tick-thread wake-ups during the run, where the system counts them.
     pub wakeups: Option<u64>,
+    /// What the host stall probe saw during the measured round (`None`: it did not watch).
+    #[serde(default)]
+    pub host_stalls: Option<HostStalls>,
     /// Wall time from the first schedule to the last callback.
     pub wall_secs: f64,
     /// Why the counts do not add up, if they do not (empty: all good).
@@ -169,6 +173,7 @@ impl RunResult {
             memory: None,
             cpu: CpuFigures::default(),
             wakeups: None,
+            host_stalls: None,
             wall_secs: 0.0,
             problems: Vec::new(),
             notes: Vec::new(),

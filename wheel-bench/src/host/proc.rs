@@ -1,4 +1,5 @@
-//! What the kernel says about this process: resident memory and per-thread CPU time.
+//! What the kernel says about this process: resident memory, per-thread CPU time and run-queue
+//! wait, and the machine's steal time.
 
 use std::collections::HashMap;
 use std::fs;
@@ -62,6 +63,24 @@ pub fn thread_times() -> ThreadTimes {
 /// CPU time (ns) of the calling thread so far (`None` where /proc is missing).
 pub fn this_thread_cpu_ns() -> Option<u64> {
     cpu_ns(std::path::Path::new("/proc/thread-self"))
+}
+
+/// The calling thread's `schedstat`: CPU time and time spent runnable but waiting for a CPU
+/// (the guest kernel ran another thread), both in ns.
+pub fn this_thread_schedstat() -> Option<(u64, u64)> {
+    let text = fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// Steal time of all CPUs together so far (ns): time the hypervisor ran something else while
+/// a vCPU had work. From /proc/stat, in clock ticks; `None` where it is not reported.
+pub fn steal_ns() -> Option<u64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal ...
+    let steal: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    Some(steal * NS_PER_CLOCK_TICK)
 }
 
 /// USER_HZ is 100 on Linux.
@@ -138,7 +157,7 @@ mod tests {
     }
 
     #[test]
-    fn this_threads_cpu_time_is_read() {
+    fn this_thread_figures_are_read() {
         let before = this_thread_cpu_ns().unwrap();
         let start = std::time::Instant::now();
         while start.elapsed() < std::time::Duration::from_millis(20) {
@@ -146,5 +165,9 @@ mod tests {
         }
         let after = this_thread_cpu_ns().unwrap();
         assert!(after > before, "{before} -> {after}");
+        let (run, _wait) = this_thread_schedstat().unwrap();
+        assert!(run >= after);
+        // Steal time is a machine figure: present on Linux, possibly zero.
+        assert!(steal_ns().is_some());
     }
 }

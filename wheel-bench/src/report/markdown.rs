@@ -81,6 +81,12 @@ fn run_section(md: &mut String, options: &Options) {
         humantime::format_duration(options.peer_spread)
     );
     let _ = writeln!(md, "- warm-up: {}", warm_up_text(options));
+    let probe = if options.stall_probe {
+        "on (`--stall-probe on`): a thread spins on the clock during each measured round"
+    } else {
+        "off (the default; `--stall-probe on` measures them): host stalls are not measured"
+    };
+    let _ = writeln!(md, "- host stall probe: {probe}");
 }
 
 fn config_section(md: &mut String, options: &Options) {
@@ -166,6 +172,26 @@ const METHOD: &str = "
     whose callbacks run on those same threads (every peer here), callbacks included.
   - *exec*: the threads that run callbacks when they are others (wheel: `wheel-exec-*`);
     `inline` where they are the timer threads.
+- Host stalls (`--stall-probe on`; off by default, see below): during each measured round a
+  thread (`bench-stalls`) reads the monotonic clock in a tight loop and notes every gap
+  between two reads. A gap is either the VM's vCPU not running at all (the host stopped it:
+  every thread on it is late by as much, the service's callbacks included) or the guest
+  kernel running another thread on the probe's CPU (the probe's own run-queue wait, from its
+  schedstat, tells how much). *stall max* is the longest gap less that wait; the `host
+  stalls` table adds the stalls over 200 µs, the time lost in them, the probe's own waits
+  (not stalls) and the kernel's steal time over the round. Compare a run's lateness tail
+  with its stall max: a p99.99 or max about as long as the longest host stall is the host's,
+  not the service's. The probe sees the stalls of the vCPU it runs on, and only while it
+  runs: it is `SCHED_IDLE`, so any other thread of its CPU preempts it at once.
+  - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
+    sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
+    the probe on and off interleaved: 8 pairs at 100 k timers gave median tick-thread CPU of
+    710 vs 928 ns per timer (a quarter lower with the probe), in a second series of 8 about
+    722 vs 950; 5 pairs at 1 M timers, 228 vs 257 (a tenth lower). The p99 lateness moved
+    by less than the noise (1.55 vs 1.16 ms in one series, 1.67 vs 1.83 in the other). At
+    normal priority instead of `SCHED_IDLE` the probe doubled the p99. So a run with the
+    probe understates the service's CPU cost: use `--stall-probe on` to tell host stalls
+    from lateness, and a run without it for cost.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'

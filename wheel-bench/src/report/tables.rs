@@ -34,6 +34,7 @@ pub fn scenario_tables(scenario: Scenario, results: &[RunResult], peer_timers: u
         return vec![idle_table(&runs)];
     }
     let mut tables = vec![main_table(scenario, &runs)];
+    tables.extend(host_stalls_table(scenario, &runs));
     let side: Vec<&RunResult> = runs
         .iter()
         .copied()
@@ -70,18 +71,17 @@ fn follow_up(scenario: Scenario) -> Option<&'static str> {
     }
 }
 
-/// Every run of the scenario: rates, lateness, memory, CPU per timer by thread role, wake-ups
-/// and whether the counts added up.
+/// Every run of the scenario: rates, lateness (beside the longest host stall, when the probe
+/// watched), memory, CPU per timer by thread role, wake-ups and whether the counts added up.
 fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
+    let stalls = runs.iter().any(|r| r.host_stalls.is_some());
     let mut headers = vec!["system", "timers", "spread", "schedule/s"];
     headers.extend(follow_up(scenario));
+    headers.extend(["p50", "p90", "p99", "p99.9", "p99.99", "max"]);
+    if stalls {
+        headers.push("stall max");
+    }
     headers.extend([
-        "p50",
-        "p90",
-        "p99",
-        "p99.9",
-        "p99.99",
-        "max",
         "peak RSS",
         "B/timer",
         "prod ns/timer",
@@ -104,6 +104,12 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
             _ => {}
         }
         row.extend(lateness_cells(run));
+        if stalls {
+            row.push(
+                run.host_stalls
+                    .map_or("–".into(), |s| nanos_text(s.longest_ns)),
+            );
+        }
         row.extend(memory_cells(run));
         row.extend(cpu_per_timer_cells(run));
         row.push(run.wakeups.map_or("–".into(), |w| w.to_string()));
@@ -151,6 +157,47 @@ fn cpu_per_timer_cells(run: &RunResult) -> [String; 3] {
 /// A per-timer cost: "312", or "n/a" where it could not be measured.
 fn per_timer_text(ns: Option<f64>) -> String {
     ns.map_or("n/a".into(), |ns| format!("{ns:.0}"))
+}
+
+/// What the host stall probe saw in each run, beside the lateness tail it may explain: a
+/// callback on a stopped vCPU starts late by the whole stall.
+fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
+    if runs.iter().all(|r| r.host_stalls.is_none()) {
+        return None;
+    }
+    let mut table = Table::new(
+        format!("{scenario}: host stalls during each measured round, beside the lateness tail"),
+        &[
+            "system",
+            "timers",
+            "p99.99",
+            "max",
+            "stall max",
+            "stalls >200µs",
+            "lost",
+            "steal",
+            "probe preempted",
+            "watched",
+        ],
+    );
+    for run in runs {
+        let Some(s) = run.host_stalls else {
+            continue;
+        };
+        table.push(vec![
+            run.system.clone(),
+            count_text(run.timers),
+            nanos_text(run.lateness.p9999_ns),
+            nanos_text(run.lateness.max_ns),
+            nanos_text(s.longest_ns),
+            s.gaps_over_200us.to_string(),
+            nanos_text(s.lost_ns),
+            s.steal_ns.map_or("–".into(), nanos_text),
+            format!("{} ({})", s.preempted_gaps, nanos_text(s.preempted_ns)),
+            nanos_text(s.observed_ns),
+        ]);
+    }
+    Some(table)
 }
 
 fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
@@ -278,6 +325,7 @@ mod tests {
 
     use super::*;
     use crate::harness::result::MemoryFigures;
+    use crate::host::stalls::HostStalls;
 
     fn run(system: &str, timers: u64, rate: f64, p99: u64) -> RunResult {
         let mut r = RunResult::new(system, Scenario::Fire, timers, Duration::from_secs(1), 1);
@@ -314,12 +362,18 @@ mod tests {
     }
 
     #[test]
-    fn main_table_shows_cost_per_timer_by_role() {
+    fn main_table_shows_cost_per_timer_by_role_and_the_longest_stall() {
         let mut wheel = run("wheel", 100_000, 10e6, 1_000_000);
         wheel.cpu.executor_ns = Some(1);
         wheel.cpu.producer_ns_per_timer = Some(95.4);
         wheel.cpu.tick_ns_per_timer = Some(40.0);
         wheel.cpu.executor_ns_per_timer = Some(120.0);
+        wheel.host_stalls = Some(HostStalls {
+            longest_ns: 7_500_000,
+            gaps_over_200us: 3,
+            lost_ns: 9_000_000,
+            ..HostStalls::default()
+        });
         let mut heap = run("binary-heap", 100_000, 2e6, 3_000_000);
         heap.cpu.tick_ns_per_timer = Some(700.0);
         let tables = scenario_tables(Scenario::Fire, &[wheel, heap], 100_000);
@@ -331,8 +385,24 @@ mod tests {
         assert_eq!(cell(0, "prod ns/timer"), "95");
         assert_eq!(cell(0, "tick ns/timer"), "40");
         assert_eq!(cell(0, "exec ns/timer"), "120");
+        assert_eq!(cell(0, "stall max"), "7.50 ms");
         assert_eq!(cell(1, "prod ns/timer"), "n/a");
         assert_eq!(cell(1, "tick ns/timer"), "700");
         assert_eq!(cell(1, "exec ns/timer"), "inline");
+        assert_eq!(cell(1, "stall max"), "–");
+        // The stall column sits right after the lateness max.
+        let max = main.headers.iter().position(|h| h == "max").unwrap();
+        assert_eq!(main.headers[max + 1], "stall max");
+        let stalls = tables
+            .iter()
+            .find(|t| t.title.contains("host stalls"))
+            .expect("a host stalls table");
+        let unwatched = [run("wheel", 100_000, 10e6, 1_000_000)];
+        let tables = scenario_tables(Scenario::Fire, &unwatched, 100_000);
+        assert!(!tables[0].headers.iter().any(|h| h == "stall max"));
+        assert!(!tables.iter().any(|t| t.title.contains("host stalls")));
+        assert_eq!(stalls.rows.len(), 1, "only the runs the probe watched");
+        assert_eq!(stalls.rows[0][5], "3");
+        assert_eq!(stalls.rows[0][6], "9.00 ms");
     }
 }

@@ -2,11 +2,13 @@
 //! harness is compiled with `javac` into the run's work directory and run in a JVM with a
 //! fixed, pre-touched heap and warm-up rounds, so neither heap growth nor the JIT decides its
 //! tail. It draws the same delays from the same seed and prints its figures and lateness
-//! samples, which are read back here.
+//! samples, which are read back here. It prints a line as its measured round starts and one as
+//! it ends, so the host stall probe watches that round only.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -16,9 +18,12 @@ use crate::harness::plan::Plan;
 use crate::harness::result::{Counts, CpuFigures, RunResult, Throughput};
 use crate::harness::scenario::Scenario;
 use crate::harness::system::System;
+use crate::host::stalls::{HostStalls, StallProbe};
 
 /// The peer's name.
 pub const NAME: &str = "netty";
+/// The line the harness prints as its measured round starts, and the one as it ends.
+const MEASURING: [&str; 2] = ["measuring start", "measuring end"];
 /// The harness source, kept in `wheel-bench/java/` and built at run time.
 const SOURCE: &str = include_str!("../../java/NettyBench.java");
 /// Debian's `libnetty-java` puts Netty's common classes here.
@@ -69,23 +74,38 @@ impl System for Netty {
             plan.spread * (plan.jvm_warmup_rounds + 1) + Duration::from_secs(2),
             &format!("{NAME} {}: JVM", plan.scenario),
         );
-        let output = Command::new("java")
+        let mut java = Command::new("java")
             .args(JVM_FLAGS)
             .arg("-cp")
             .arg(classpath(&classes))
             .arg("NettyBench")
             .args(harness_args(plan))
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|e| format!("cannot start java: {e}"))?;
+        let mut stderr = java.stderr.take().expect("stderr is piped");
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let stdout = java.stdout.take().expect("stdout is piped");
+        let read = read_output(stdout, plan.stall_probe);
+        let status = java.wait().map_err(|e| format!("waiting for java: {e}"))?;
+        let errors = errors.join().unwrap_or_default();
         bar.finish_and_clear();
-        if !output.status.success() {
+        if !status.success() {
             return Err(format!(
-                "the Java harness failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
+                "the Java harness failed ({status}): {}",
+                errors.trim()
             ));
         }
-        parse_output(&String::from_utf8_lossy(&output.stdout), plan)
+        let (text, stalls) = read.map_err(|e| format!("reading the Java harness: {e}"))?;
+        let mut result = parse_output(&text, plan)?;
+        result.host_stalls = stalls;
+        Ok(result)
     }
 
     fn method(&self) -> &'static str {
@@ -145,6 +165,29 @@ fn harness_args(plan: &Plan<'_>) -> Vec<String> {
     ]
 }
 
+/// Reads the harness's stdout to its end; the stall probe (when `probe`) watches from its
+/// "measuring start" line to its "measuring end" line.
+fn read_output(stdout: impl Read, probe: bool) -> std::io::Result<(String, Option<HostStalls>)> {
+    let mut text = String::new();
+    let mut running = None;
+    let mut stalls = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        if probe && line == MEASURING[0] {
+            running = Some(StallProbe::start());
+        } else if line == MEASURING[1] {
+            stalls = running.take().map(StallProbe::finish);
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    // A harness that stopped mid-round: what the probe saw has no round to go with.
+    if let Some(probe) = running {
+        probe.finish();
+    }
+    Ok((text, stalls))
+}
+
 /// What the harness printed: `key value` figures and the lateness samples.
 struct HarnessOutput {
     figures: HashMap<String, u64>,
@@ -160,7 +203,7 @@ impl HarnessOutput {
             lateness: new_histogram(),
             blocked: new_histogram(),
         };
-        for line in text.lines() {
+        for line in text.lines().filter(|line| !MEASURING.contains(line)) {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
             match (fields.first().copied(), number(1), number(2)) {
@@ -259,7 +302,7 @@ mod tests {
     use super::*;
     use crate::host::progress::Progress;
 
-    const OUTPUT: &str = "scheduled 4\nschedule_ns 400\nproducer_cpu_ns 800\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 20\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
+    const OUTPUT: &str = "measuring start\nmeasuring end\nscheduled 4\nschedule_ns 400\nproducer_cpu_ns 800\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 20\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
 
     fn check(plan: &Plan<'_>) {
         let result = parse_output(OUTPUT, plan).unwrap();
@@ -294,7 +337,19 @@ mod tests {
             work_dir: Path::new("/nonexistent"),
             jvm_warmup_rounds: 1,
             warmup_rounds: 1,
+            stall_probe: true,
             progress: &progress,
         });
+    }
+
+    #[test]
+    fn the_stall_probe_watches_between_the_markers() {
+        let (text, stalls) = read_output(OUTPUT.as_bytes(), true).unwrap();
+        assert_eq!(text, OUTPUT);
+        assert!(stalls.is_some());
+        let (_, stalls) = read_output(OUTPUT.as_bytes(), false).unwrap();
+        assert!(stalls.is_none());
+        let (_, stalls) = read_output("measuring start\nscheduled 4\n".as_bytes(), true).unwrap();
+        assert!(stalls.is_none(), "no end line: no figures");
     }
 }
