@@ -1,6 +1,6 @@
 //! Lateness histograms as the probe records them: the one constructor every histogram of the
-//! bench comes from (the same bounds as `wheel_shard`'s own), and the percentiles every table
-//! shows. Their text and plots are in [`crate::report`].
+//! bench comes from, and the percentiles every table shows. Their text and plots are in
+//! [`crate::report`].
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -8,9 +8,12 @@ use serde::{Deserialize, Serialize};
 /// Largest lateness tracked exactly: one hour, in nanoseconds (later samples are clamped).
 const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 /// Significant decimal digits kept by every histogram.
-pub const SIGNIFICANT_DIGITS: u8 = 3;
+const SIGNIFICANT_DIGITS: u8 = 3;
 
-/// An empty lateness histogram in nanoseconds, 1 ns to 1 h, 3 significant digits.
+/// An empty lateness histogram in nanoseconds, 1 ns to 1 h, 3 significant digits: the bounds
+/// of `wheel_shard`'s `Lateness::histogram`, written out again here because wheel-shard keeps
+/// its constructor to itself (`stats::new_histogram` is `pub(crate)`). When it exports one,
+/// this should call it, so the bench's and the service's histograms cannot drift apart.
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGNIFICANT_DIGITS)
         .expect("constant histogram bounds are valid")

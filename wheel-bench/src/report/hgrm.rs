@@ -6,8 +6,6 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::harness::histogram::SIGNIFICANT_DIGITS;
-
 /// Percentile steps per half distance in `.hgrm` output (HdrHistogram's default).
 const TICKS_PER_HALF_DISTANCE: u32 = 5;
 /// `.hgrm` values are in milliseconds, the unit HdrHistogram's plotter labels.
@@ -39,7 +37,7 @@ pub fn spectrum(histogram: &Histogram<u64>) -> Vec<SpectrumPoint> {
 /// `Histogram.outputPercentileDistribution` prints it and HistogramLogProcessor and the
 /// online plotter read it.
 pub fn to_hgrm(histogram: &Histogram<u64>) -> String {
-    let digits = usize::from(SIGNIFICANT_DIGITS);
+    let digits = usize::from(histogram.sigfig());
     let mut out = String::new();
     let _ = write!(
         out,
@@ -79,7 +77,7 @@ pub fn to_hgrm(histogram: &Histogram<u64>) -> String {
         out,
         "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
         histogram.buckets(),
-        sub_bucket_count(SIGNIFICANT_DIGITS)
+        sub_bucket_count(histogram.sigfig())
     );
     out
 }
