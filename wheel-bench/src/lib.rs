@@ -3,9 +3,9 @@
 //! Where things are:
 //!
 //! - `main.rs`: the `wheel-bench` binary that `cargo xtask bench` builds and launches; reads
-//!   the command line ([`Cli`], from the one options type [`Options`]) and calls [`run`].
-//! - [`run`](crate::run()) (`run.rs`): where a run starts: the runs of each scenario, wheel
-//!   and every peer, each in a child process ([`child`]) or in this one.
+//!   the command line ([`Cli`], from the one options type [`Options`]) and calls [`run()`].
+//! - `run.rs` ([`run()`]): where a run starts: the runs of each scenario, wheel and every
+//!   peer, each in a child process (`child.rs`) or in this one.
 //! - `systems/`: wheel and its peers — tokio-util `DelayQueue`, tokio `sleep_until` tasks, a
 //!   `BinaryHeap` timer thread, and Netty's `HashedWheelTimer` in a JVM.
 //! - `harness/`: how one in-process run is done and measured, the same for every system: the

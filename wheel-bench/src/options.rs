@@ -101,7 +101,7 @@ pub struct Options {
     /// Seed of the delays and choices.
     #[arg(long, default_value_t = 0x5EED)]
     pub seed: u64,
-    /// Output directory [default: target/wheel-bench/<UTC date-time>].
+    /// Output directory [default: target/wheel-bench/DATE-TIME, in UTC].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Peers measured beside wheel: all, none, or a list of delay-queue, tokio-sleep,
@@ -125,6 +125,7 @@ pub struct Options {
     /// The service's config: `--config`'s, or the default.
     #[arg(skip)]
     pub config: Config,
+    /// The quick run: the arguments of [`QUICK`] before the ones given.
     #[arg(long, help = quick_help())]
     pub quick: bool,
     /// Warm-up rounds the JVM runs before Netty's measured round.

@@ -1,6 +1,6 @@
 //! The report: everything a run shows and writes, made from its results.
 //!
-//! [`write_all`] makes the [`tables`] (cells formatted by [`format`], laid out by [`table`]),
+//! [`write_all`] makes the [`tables`] (cells formatted by [`format`](mod@format), laid out by [`table`]),
 //! the `.hgrm` histograms ([`hgrm`]), the SVG plots ([`plot`]), report.md ([`markdown`]) and
 //! results.json, writes them ([`outputs`]), and returns the text the terminal shows
 //! ([`console`]; [`lines`] are what both show).

@@ -1,6 +1,6 @@
-//! The systems under test: wheel ([`wheel`]) and each [`Peer`]. The runner sees them all
-//! through one trait, [`System`](crate::harness::system::System). In-process systems implement
-//! the harness's smaller [`Timers`](crate::harness::timers::Timers) and run under its shared
+//! The systems under test: wheel ([`wheel()`]) and each [`Peer`]. The runner sees them all
+//! through one trait, [`System`]. In-process systems implement
+//! the harness's smaller [`Timers`] and run under its shared
 //! driver; Netty runs in a JVM and implements `System` itself.
 
 use std::str::FromStr;
