@@ -67,7 +67,7 @@ pub struct StallTally {
 
 impl StallTally {
     /// One gap of `gap_ns` between two clock reads, `waited_ns` of which the probe's thread
-    /// spent runnable but waiting for a CPU (0 when not read: only gaps over the threshold are
+    /// spent runnable but waiting for a CPU (0 when not read: only gaps over a few µs are
     /// worth the read).
     pub fn gap(&mut self, gap_ns: u64, waited_ns: u64) {
         let waited = waited_ns.min(gap_ns);
@@ -155,12 +155,17 @@ fn run_only_when_idle() -> bool {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
 }
 
+/// Gaps longer than this are worth a read of the probe's run-queue wait: shorter ones are
+/// interrupts (a few µs), and reading it after every one would cost more than they do. The
+/// longest gap is only told apart from guest preemption above this.
+const READ_WAIT_OVER: Duration = Duration::from_micros(20);
+
 /// The probe's loop: read the clock, note the gap since the last read, until told to stop.
-/// After a gap over the threshold it reads its own run-queue wait (a /proc read of a few µs),
-/// and starts the next gap after that read, so the read is not taken for a stall.
+/// After a gap over [`READ_WAIT_OVER`] it reads its own run-queue wait (a /proc read of a few
+/// µs), and starts the next gap after that read, so the read is not taken for a stall.
 fn spin(stop: &AtomicBool) -> (StallTally, u64) {
     let mut tally = StallTally::default();
-    let threshold = threshold_ns();
+    let threshold = READ_WAIT_OVER.as_nanos() as u64;
     let mut waited_before = wait_ns();
     let started = Instant::now();
     let mut last = started;
