@@ -139,7 +139,7 @@ pub struct Options {
     /// The host stall probe (on or off): a thread that reads the clock in a tight loop during
     /// each measured round, so the report tells the VM's stalls from the service's lateness.
     /// Off by default: on a 2-core VM it changes the figures it sits beside (wheel's tick
-    /// threads' CPU per timer reads a tenth to a quarter lower; see report.md, "How it is
+    /// threads' CPU per timer reads a tenth to a third lower; see report.md, "How it is
     /// measured").
     #[arg(
         long,

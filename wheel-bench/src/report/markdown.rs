@@ -185,13 +185,13 @@ const METHOD: &str = "
   runs: it is `SCHED_IDLE`, so any other thread of its CPU preempts it at once.
   - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
     sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
-    the probe on and off interleaved: 8 pairs at 100 k timers gave median tick-thread CPU of
-    710 vs 928 ns per timer (a quarter lower with the probe), in a second series of 8 about
-    722 vs 950; 5 pairs at 1 M timers, 228 vs 257 (a tenth lower). The p99 lateness moved
-    by less than the noise (1.55 vs 1.16 ms in one series, 1.67 vs 1.83 in the other). At
-    normal priority instead of `SCHED_IDLE` the probe doubled the p99. So a run with the
-    probe understates the service's CPU cost: use `--stall-probe on` to tell host stalls
-    from lateness, and a run without it for cost.
+    the probe on and off interleaved: three series of 8, 8 and 6 pairs at 100 k timers gave
+    median tick-thread CPU of 710 vs 928, 722 vs 950 and 681 vs 1040 ns per timer (a quarter
+    to a third lower with the probe); 5 pairs at 1 M timers, 228 vs 257 (a tenth lower). The
+    p99 lateness went either way, within the noise (1.55 vs 1.16, 1.67 vs 1.83, 1.16 vs
+    1.49 ms). At normal priority instead of `SCHED_IDLE` the probe doubled the p99. So a run
+    with the probe understates the service's CPU cost: use `--stall-probe on` to tell host
+    stalls from lateness, and a run without it for cost.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'
