@@ -5,6 +5,8 @@
 // the Rust Task does (callback start minus requested deadline), and prints plain
 // "key value" lines on stdout, then the lateness samples as "lateness <ns> <count>" rows
 // (values kept to 4 significant digits) for the Rust side to load into an HdrHistogram.
+// The measured round is bracketed by "measuring start" and "measuring end" lines, printed as
+// it starts and ends, so the Rust side's host stall probe watches that round only.
 //
 // Usage: java NettyBench timers=N spread_ns=N seed=N scenario=fire|rpc|slow|idle tick_ns=N
 //        ticks_per_wheel=N warmup=N idle_ms=N
@@ -187,6 +189,11 @@ public final class NettyBench {
         List<Integer> keptIndices = new ArrayList<>();
         List<Timeout> prevTimeouts = new ArrayList<>();
         List<Integer> prevIndices = new ArrayList<>();
+        if (measured) {
+            System.out.println("measuring start");
+            System.out.flush();
+        }
+        long producerCpu0 = threads.getCurrentThreadCpuTime();
         long started = System.nanoTime();
         for (int start = 0; start < timers; start += BATCH) {
             int end = Math.min(timers, start + BATCH);
@@ -223,12 +230,17 @@ public final class NettyBench {
         if (rpc) {
             cancels.cancelAll(prevTimeouts, prevIndices);
         }
+        long producerCpu = threads.getCurrentThreadCpuTime() - producerCpu0;
         long giveUp = maxDeadline + TimeUnit.SECONDS.toNanos(30);
         while (record.fired.get() + cancels.done < timers && System.nanoTime() < giveUp) {
             Thread.sleep(5);
         }
         long wall = System.nanoTime() - started;
         long cpu1 = threads.getThreadCpuTime(worker.getId());
+        if (measured) {
+            System.out.println("measuring end");
+            System.out.flush();
+        }
         long[] gc1 = gcTotals();
         int unfired = timer.stop().size();
         if (!measured) {
@@ -241,6 +253,7 @@ public final class NettyBench {
         }
         System.out.println("scheduled " + timers);
         System.out.println("schedule_ns " + scheduleNs);
+        System.out.println("producer_cpu_ns " + producerCpu);
         System.out.println("cancel_calls " + cancels.calls);
         System.out.println("cancel_ns " + cancels.nanos);
         System.out.println("cancelled " + cancels.done);

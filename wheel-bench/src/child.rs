@@ -11,14 +11,15 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::harness::result::RunResult;
+use crate::harness::scenario::Scenario;
+use crate::host::progress::Progress;
 use crate::options::Options;
-use crate::result::RunResult;
-use crate::scenario::Scenario;
-use crate::systems::{self, Peer, Plan, System};
+use crate::systems::system_named;
 
 /// Which run a child process does: `system:scenario:timers:spread_ns`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChildSpec {
+pub(crate) struct ChildSpec {
     pub system: String,
     pub scenario: Scenario,
     pub timers: u64,
@@ -62,24 +63,18 @@ struct ChildOutput {
     blocked: Option<Vec<u8>>,
 }
 
-/// The system named `name`: wheel or a peer.
-pub fn system_named(name: &str) -> Result<Box<dyn System>, String> {
-    if name == "wheel" {
-        return Ok(systems::wheel());
-    }
-    Ok(name.parse::<Peer>()?.system())
-}
-
-/// The child's side: runs `spec` under `options` and returns the line to print.
-pub fn run_child(options: &Options, spec: &ChildSpec, work_dir: &Path) -> Result<String, String> {
+/// The child's side (`--child SPEC`): runs the run `spec` names under `options` and returns
+/// the line to print.
+pub fn run_child(options: &Options, spec: &str) -> Result<String, String> {
+    let spec = ChildSpec::parse(spec)?;
+    let work_dir = options.out.clone().unwrap_or_default();
     let system = system_named(&spec.system)?;
-    let progress = crate::progress::Progress::new(options.quiet);
-    let plan = Plan::new(
-        options,
+    let progress = Progress::new(options.quiet);
+    let plan = options.plan(
         spec.scenario,
         spec.timers,
         spec.spread,
-        work_dir,
+        &work_dir,
         &progress,
     );
     let mut result = system.run(&plan)?;
@@ -103,7 +98,6 @@ pub fn run_in_child(
     work_dir: &Path,
 ) -> Result<RunResult, String> {
     let output = Command::new(exe)
-        .arg("bench")
         .args(child_args(options, work_dir))
         .arg("--child")
         .arg(spec.to_arg())
@@ -140,6 +134,10 @@ fn child_args(options: &Options, work_dir: &Path) -> Vec<String> {
         format!("--idle-for={}", duration(options.idle_for)),
         format!("--jvm-warmup-rounds={}", options.jvm_warmup_rounds),
         format!("--warmup-rounds={}", options.warmup_rounds),
+        format!(
+            "--stall-probe={}",
+            if options.stall_probe { "on" } else { "off" }
+        ),
         format!("--out={}", work_dir.display()),
     ];
     if let Some(config) = &options.config_file {
@@ -179,12 +177,11 @@ mod tests {
         };
         assert_eq!(ChildSpec::parse(&spec.to_arg()).unwrap(), spec);
         assert!(ChildSpec::parse("wheel:fire:1").is_err());
-        assert!(system_named("kafka").is_err());
     }
 
     #[test]
     fn histograms_survive_the_trip() {
-        let mut h = crate::histogram::new_histogram();
+        let mut h = crate::harness::histogram::new_histogram();
         h.record_n(1_234_567, 10).unwrap();
         let back = decode(&encode(&h).unwrap()).unwrap();
         assert_eq!(back.len(), 10);

@@ -5,9 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wheel_bench::histogram::parse_hgrm;
-use wheel_bench::systems::Peer;
-use wheel_bench::{Options, Scenario};
+use wheel_bench::{parse_hgrm, Options, Peer, Scenario};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wheel-bench-{name}-{}", std::process::id()));
@@ -37,16 +35,19 @@ fn read_json(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn quick_run_writes_outputs_and_every_timer_fires_once() {
-    let options = quick(
-        "wheel",
-        vec![
-            Scenario::Fire,
-            Scenario::Rpc,
-            Scenario::Heartbeat,
-            Scenario::Idle,
-        ],
-        Vec::new(),
-    );
+    let options = Options {
+        stall_probe: true,
+        ..quick(
+            "wheel",
+            vec![
+                Scenario::Fire,
+                Scenario::Rpc,
+                Scenario::Heartbeat,
+                Scenario::Idle,
+            ],
+            Vec::new(),
+        )
+    };
     let outcome = wheel_bench::run(&options).expect("bench runs");
     let dir = &outcome.out_dir;
     for file in [
@@ -77,8 +78,33 @@ fn quick_run_writes_outputs_and_every_timer_fires_once() {
     for run in runs {
         assert_eq!(run["system"], "wheel");
         assert!(run["problems"].as_array().unwrap().is_empty(), "{run}");
+        let cpu = &run["cpu"];
+        // The keys older scripts read, and the cost per timer of each thread role.
+        assert!(
+            cpu["timer_ns"].is_u64() && cpu["executor_ns"].is_u64(),
+            "{cpu}"
+        );
+        let per_timer = ["producer", "tick", "executor"].map(|role| {
+            cpu.get(format!("{role}_ns_per_timer"))
+                .unwrap_or_else(|| panic!("cpu.{role}_ns_per_timer missing: {cpu}"))
+                .as_f64()
+        });
+        let stalls = &run["host_stalls"];
         if run["scenario"] == "idle" {
+            assert_eq!(per_timer, [None; 3], "no timers, no cost per timer: {cpu}");
+            assert!(
+                stalls.is_null(),
+                "the stall probe watches measured rounds only"
+            );
             continue;
+        }
+        for key in ["longest_ns", "gaps_over_200us", "lost_ns", "observed_ns"] {
+            assert!(stalls[key].is_u64(), "host_stalls.{key} missing: {run}");
+        }
+        assert!(stalls["observed_ns"].as_u64().unwrap() > 0);
+        for (role, ns) in ["producer", "tick", "executor"].iter().zip(per_timer) {
+            let ns = ns.unwrap_or_else(|| panic!("no {role} ns/timer: {cpu}"));
+            assert!(ns > 0.0 && ns < 1e7, "{role}: {ns} ns per timer");
         }
         let c = &run["counts"];
         let n = |k: &str| c[k].as_u64().unwrap();
@@ -132,6 +158,10 @@ fn in_process_peers_account_for_every_timer() {
         outcome.text
     );
     for run in &outcome.results {
+        assert!(
+            run.host_stalls.is_none(),
+            "the stall probe is off by default"
+        );
         assert_eq!(
             run.counts.fired + run.counts.cancelled + run.counts.unfired,
             5_000,

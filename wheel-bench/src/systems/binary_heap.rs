@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use wheel_shard::Config;
 
-use crate::probe::RunHandle;
-use crate::systems::{Finished, Outcome, ThreadRoles, Timers};
-use crate::task::Task;
+use crate::harness::probe::RunHandle;
+use crate::harness::task::Task;
+use crate::harness::timers::{Finished, Outcome, ThreadRoles, Timers};
 
 type Callback = Box<dyn FnOnce() + Send>;
 

@@ -17,9 +17,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::time::delay_queue::{DelayQueue, Key};
 use wheel_shard::Config;
 
-use crate::probe::RunHandle;
-use crate::systems::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
-use crate::task::Task;
+use crate::harness::probe::RunHandle;
+use crate::harness::task::Task;
+use crate::harness::timers::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
 
 type Callback = Box<dyn FnOnce() + Send>;
 

@@ -2,19 +2,28 @@
 //! harness is compiled with `javac` into the run's work directory and run in a JVM with a
 //! fixed, pre-touched heap and warm-up rounds, so neither heap growth nor the JIT decides its
 //! tail. It draws the same delays from the same seed and prints its figures and lateness
-//! samples, which are read back here.
+//! samples, which are read back here. It prints a line as its measured round starts and one as
+//! it ends, so the host stall probe watches that round only.
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::histogram::new_histogram;
-use crate::result::{Counts, CpuFigures, RunResult, Throughput};
-use crate::scenario::Scenario;
-use crate::systems::{Plan, System};
+use hdrhistogram::Histogram;
+
+use crate::harness::histogram::new_histogram;
+use crate::harness::plan::Plan;
+use crate::harness::result::{Counts, CpuFigures, RunResult, Throughput};
+use crate::harness::scenario::Scenario;
+use crate::harness::system::System;
+use crate::host::stalls::{HostStalls, StallProbe};
 
 /// The peer's name.
 pub const NAME: &str = "netty";
+/// The line the harness prints as its measured round starts, and the one as it ends.
+const MEASURING: [&str; 2] = ["measuring start", "measuring end"];
 /// The harness source, kept in `wheel-bench/java/` and built at run time.
 const SOURCE: &str = include_str!("../../java/NettyBench.java");
 /// Debian's `libnetty-java` puts Netty's common classes here.
@@ -65,23 +74,38 @@ impl System for Netty {
             plan.spread * (plan.jvm_warmup_rounds + 1) + Duration::from_secs(2),
             &format!("{NAME} {}: JVM", plan.scenario),
         );
-        let output = Command::new("java")
+        let mut java = Command::new("java")
             .args(JVM_FLAGS)
             .arg("-cp")
             .arg(classpath(&classes))
             .arg("NettyBench")
             .args(harness_args(plan))
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(|e| format!("cannot start java: {e}"))?;
+        let mut stderr = java.stderr.take().expect("stderr is piped");
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let stdout = java.stdout.take().expect("stdout is piped");
+        let read = read_output(stdout, plan.stall_probe);
+        let status = java.wait().map_err(|e| format!("waiting for java: {e}"))?;
+        let errors = errors.join().unwrap_or_default();
         bar.finish_and_clear();
-        if !output.status.success() {
+        if !status.success() {
             return Err(format!(
-                "the Java harness failed ({}): {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
+                "the Java harness failed ({status}): {}",
+                errors.trim()
             ));
         }
-        parse_output(&String::from_utf8_lossy(&output.stdout), plan)
+        let (text, stalls) = read.map_err(|e| format!("reading the Java harness: {e}"))?;
+        let mut result = parse_output(&text, plan)?;
+        result.host_stalls = stalls;
+        Ok(result)
     }
 
     fn method(&self) -> &'static str {
@@ -141,61 +165,119 @@ fn harness_args(plan: &Plan<'_>) -> Vec<String> {
     ]
 }
 
-/// Reads the harness's `key value` lines and sample rows into a result.
-fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
-    let mut result = RunResult::new(NAME, plan.scenario, plan.timers, plan.spread, 1);
-    let mut lateness = new_histogram();
-    let mut blocked = new_histogram();
-    let mut figures = std::collections::HashMap::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-        match (fields.first().copied(), number(1), number(2)) {
-            (Some("lateness"), Some(value), Some(count)) => {
-                lateness.saturating_record_n(value, count)
-            }
-            (Some("blocked"), Some(value), Some(count)) => {
-                blocked.saturating_record_n(value, count)
-            }
-            (Some(key), Some(value), None) => {
-                figures.insert(key.to_string(), value);
-            }
-            _ => return Err(format!("unexpected line from the Java harness: {line:?}")),
+/// Reads the harness's stdout to its end; the stall probe (when `probe`) watches from its
+/// "measuring start" line to its "measuring end" line.
+fn read_output(stdout: impl Read, probe: bool) -> std::io::Result<(String, Option<HostStalls>)> {
+    let mut text = String::new();
+    let mut running = None;
+    let mut stalls = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        if probe && line == MEASURING[0] {
+            running = Some(StallProbe::start());
+        } else if line == MEASURING[1] {
+            stalls = running.take().map(StallProbe::finish);
         }
+        text.push_str(&line);
+        text.push('\n');
     }
-    let get = |key: &str| {
-        figures
+    // A harness that stopped mid-round: what the probe saw has no round to go with.
+    if let Some(probe) = running {
+        probe.finish();
+    }
+    Ok((text, stalls))
+}
+
+/// What the harness printed: `key value` figures and the lateness samples.
+struct HarnessOutput {
+    figures: HashMap<String, u64>,
+    lateness: Histogram<u64>,
+    blocked: Histogram<u64>,
+}
+
+impl HarnessOutput {
+    /// Reads the `key value` lines and the `lateness|blocked value count` rows.
+    fn parse(text: &str) -> Result<HarnessOutput, String> {
+        let mut output = HarnessOutput {
+            figures: HashMap::new(),
+            lateness: new_histogram(),
+            blocked: new_histogram(),
+        };
+        for line in text.lines().filter(|line| !MEASURING.contains(line)) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+            match (fields.first().copied(), number(1), number(2)) {
+                (Some("lateness"), Some(value), Some(count)) => {
+                    output.lateness.saturating_record_n(value, count)
+                }
+                (Some("blocked"), Some(value), Some(count)) => {
+                    output.blocked.saturating_record_n(value, count)
+                }
+                (Some(key), Some(value), None) => {
+                    output.figures.insert(key.to_string(), value);
+                }
+                _ => return Err(format!("unexpected line from the Java harness: {line:?}")),
+            }
+        }
+        Ok(output)
+    }
+
+    /// A figure the harness must report.
+    fn get(&self, key: &str) -> Result<u64, String> {
+        self.figures
             .get(key)
             .copied()
             .ok_or_else(|| format!("the Java harness did not report {key}"))
-    };
-    result.cpu = CpuFigures {
-        timer_ns: get("cpu_ns")?,
-        executor_ns: None,
-        threads: "netty-wheel (its worker; callbacks run there too)".into(),
-    };
+    }
+
+    /// CPU time of the worker (callbacks run there too) and of the scheduling thread.
+    fn cpu(&self) -> Result<CpuFigures, String> {
+        Ok(CpuFigures {
+            timer_ns: self.get("cpu_ns")?,
+            executor_ns: None,
+            producer_ns: self.figures.get("producer_cpu_ns").copied(),
+            threads: "netty-wheel (its worker; callbacks run there too)".into(),
+            ..CpuFigures::default()
+        })
+    }
+
+    fn counts(&self) -> Result<Counts, String> {
+        Ok(Counts {
+            scheduled: self.get("scheduled")?,
+            fired: self.get("fired")?,
+            cancelled: self.get("cancelled")?,
+            cancel_calls: self.get("cancel_calls")?,
+            unfired: self.get("unfired")?,
+            duplicates: self.get("duplicates")?,
+            early: self.get("early")?,
+            ..Counts::default()
+        })
+    }
+
+    fn throughput(&self, counts: &Counts) -> Result<Throughput, String> {
+        let rate = |ops: u64, ns: u64| (ops > 0 && ns > 0).then(|| ops as f64 * 1e9 / ns as f64);
+        Ok(Throughput {
+            schedule_per_sec: rate(counts.scheduled, self.get("schedule_ns")?),
+            cancel_per_sec: rate(counts.cancel_calls, self.get("cancel_ns")?),
+            reschedule_per_sec: None,
+        })
+    }
+}
+
+/// Reads the harness's output into a result.
+fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
+    let output = HarnessOutput::parse(text)?;
+    let mut result = RunResult::new(NAME, plan.scenario, plan.timers, plan.spread, 1);
+    result.cpu = output.cpu()?;
     if plan.scenario == Scenario::Idle {
         result.wall_secs = plan.idle_for.as_secs_f64();
         return Ok(result);
     }
-    result.counts = Counts {
-        scheduled: get("scheduled")?,
-        fired: get("fired")?,
-        cancelled: get("cancelled")?,
-        cancel_calls: get("cancel_calls")?,
-        unfired: get("unfired")?,
-        duplicates: get("duplicates")?,
-        early: get("early")?,
-        ..Counts::default()
-    };
-    let rate = |ops: u64, ns: u64| (ops > 0 && ns > 0).then(|| ops as f64 * 1e9 / ns as f64);
-    result.throughput = Throughput {
-        schedule_per_sec: rate(result.counts.scheduled, get("schedule_ns")?),
-        cancel_per_sec: rate(result.counts.cancel_calls, get("cancel_ns")?),
-        reschedule_per_sec: None,
-    };
-    result.wall_secs = get("wall_ns")? as f64 / 1e9;
-    let ran_after_cancel = get("ran_after_cancel")?;
+    result.counts = output.counts()?;
+    result.cpu.set_per_timer(result.counts.scheduled);
+    result.throughput = output.throughput(&result.counts)?;
+    result.wall_secs = output.get("wall_ns")? as f64 / 1e9;
+    let ran_after_cancel = output.get("ran_after_cancel")?;
     if ran_after_cancel > 0 {
         result.problems.push(format!(
             "{ran_after_cancel} timers ran although cancel returned true"
@@ -204,40 +286,70 @@ fn parse_output(text: &str, plan: &Plan<'_>) -> Result<RunResult, String> {
     result.notes.push(format!(
         "JVM: {} warm-up rounds; {} GCs taking {} ms during the measured round; memory not comparable (separate process)",
         plan.jvm_warmup_rounds,
-        get("gc_count")?,
-        get("gc_ms")?
+        output.get("gc_count")?,
+        output.get("gc_ms")?
     ));
     result.check_counts();
-    let blocked = (plan.scenario == Scenario::Slow).then_some(blocked);
-    result.set_lateness(lateness, blocked);
+    let blocked = (plan.scenario == Scenario::Slow).then_some(output.blocked);
+    result.set_lateness(output.lateness, blocked);
     Ok(result)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::progress::Progress;
+    use wheel_shard::Config;
 
-    #[test]
-    fn harness_output_is_read() {
-        let options = crate::options::Options::quick();
-        let progress = Progress::new(true);
-        let plan = Plan::new(
-            &options,
-            Scenario::Rpc,
-            4,
-            Duration::from_secs(1),
-            Path::new("/nonexistent"),
-            &progress,
-        );
-        let text = "scheduled 4\nschedule_ns 400\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 5\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
-        let result = parse_output(text, &plan).unwrap();
+    use super::*;
+    use crate::host::progress::Progress;
+
+    const OUTPUT: &str = "measuring start\nmeasuring end\nscheduled 4\nschedule_ns 400\nproducer_cpu_ns 800\ncancel_calls 2\ncancel_ns 100\ncancelled 2\nfired 2\nduplicates 0\nearly 0\nunfired 0\nran_after_cancel 0\ncpu_ns 20\ngc_count 0\ngc_ms 0\nwall_ns 1000000000\nlateness 1000 1\nlateness 2000 1\n";
+
+    fn check(plan: &Plan<'_>) {
+        let result = parse_output(OUTPUT, plan).unwrap();
         assert!(result.problems.is_empty(), "{:?}", result.problems);
         assert_eq!(result.lateness.count, 2);
         assert_eq!(result.throughput.schedule_per_sec, Some(1e7));
-        assert!(parse_output("what\n", &plan).is_err());
-        assert!(parse_output("scheduled 4\n", &plan)
+        assert_eq!(result.cpu.producer_ns_per_timer, Some(200.0));
+        assert_eq!(result.cpu.tick_ns_per_timer, Some(5.0));
+        assert_eq!(result.cpu.executor_ns_per_timer, None);
+        assert!(parse_output("what\n", plan).is_err());
+        assert!(parse_output("scheduled 4\n", plan)
             .unwrap_err()
             .contains("cpu_ns"));
+        // An older harness without the producer's CPU time still parses.
+        let old = OUTPUT.replace("producer_cpu_ns 800\n", "");
+        let result = parse_output(&old, plan).unwrap();
+        assert_eq!(result.cpu.producer_ns_per_timer, None);
+    }
+
+    #[test]
+    fn harness_output_is_read() {
+        let config = Config::default();
+        let progress = Progress::new(true);
+        check(&Plan {
+            scenario: Scenario::Rpc,
+            timers: 4,
+            spread: Duration::from_secs(1),
+            producers: 1,
+            seed: 1,
+            idle_for: Duration::from_secs(1),
+            config: &config,
+            work_dir: Path::new("/nonexistent"),
+            jvm_warmup_rounds: 1,
+            warmup_rounds: 1,
+            stall_probe: true,
+            progress: &progress,
+        });
+    }
+
+    #[test]
+    fn the_stall_probe_watches_between_the_markers() {
+        let (text, stalls) = read_output(OUTPUT.as_bytes(), true).unwrap();
+        assert_eq!(text, OUTPUT);
+        assert!(stalls.is_some());
+        let (_, stalls) = read_output(OUTPUT.as_bytes(), false).unwrap();
+        assert!(stalls.is_none());
+        let (_, stalls) = read_output("measuring start\nscheduled 4\n".as_bytes(), true).unwrap();
+        assert!(stalls.is_none(), "no end line: no figures");
     }
 }

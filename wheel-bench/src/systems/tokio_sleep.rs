@@ -9,10 +9,10 @@ use tokio::runtime::Runtime;
 use tokio::task::AbortHandle;
 use wheel_shard::Config;
 
-use crate::probe::RunHandle;
-use crate::scenario::Scenario;
-use crate::systems::{Finished, Outcome, ThreadRoles, Timers};
-use crate::task::Task;
+use crate::harness::probe::RunHandle;
+use crate::harness::scenario::Scenario;
+use crate::harness::task::Task;
+use crate::harness::timers::{Finished, Outcome, ThreadRoles, Timers};
 
 /// The runtime whose tasks are the timers.
 pub struct TokioSleepTimers {

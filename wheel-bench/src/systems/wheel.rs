@@ -4,9 +4,9 @@ use std::time::Instant;
 
 use wheel_shard::{Config, Stats, TimerId, TimerService};
 
-use crate::probe::RunHandle;
-use crate::systems::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
-use crate::task::Task;
+use crate::harness::probe::RunHandle;
+use crate::harness::task::Task;
+use crate::harness::timers::{Finished, Outcome, OwnCounts, ThreadRoles, Timers};
 
 /// A [`TimerService`] built from the run's config.
 pub struct WheelTimers {

@@ -1,114 +1,42 @@
-//! The printed summary and report.md.
+//! report.md: machine, run, method, config, systems, the tables, notes and problems, and
+//! links to the plots and histograms.
 
 use std::fmt::Write as _;
 
-use crate::format::{bytes_text, count_text};
-use crate::machine::Machine;
+use crate::harness::result::RunResult;
+use crate::host::machine::Machine;
 use crate::options::Options;
-use crate::result::RunResult;
-use crate::systems::{self, Peer, System};
-use crate::table::Table;
-use crate::tables::{scenario_tables, skipped_table, Skipped};
+use crate::report::format::bytes_text;
+use crate::report::lines::{problems, run_label, warm_up_text};
+use crate::report::table::Table;
+use crate::systems;
 
-/// Every table of the run, in print order.
-pub fn all_tables(options: &Options, results: &[RunResult], skipped: &[Skipped]) -> Vec<Table> {
-    let mut tables: Vec<Table> = options
-        .scenarios
-        .iter()
-        .flat_map(|s| scenario_tables(*s, results, options.peer_timers))
-        .collect();
-    tables.extend(skipped_table(skipped));
-    tables
-}
-
-/// One line on the machine.
-pub fn machine_line(machine: &Machine) -> String {
-    let busy = if machine.was_busy() {
-        " — WARNING: the machine was busy, figures are not representative"
-    } else {
-        ""
-    };
-    format!(
-        "{} cores ({}), {} RAM, Linux {}, {:.0} % busy and load average {} at start{busy}",
-        machine.cores,
-        machine.cpu_model,
-        bytes_text(machine.memory_bytes),
-        machine.kernel,
-        machine.busy_before * 100.0,
-        machine.load_average
-    )
-}
-
-/// What the terminal shows at the end of a run.
-pub fn console_text(
-    options: &Options,
-    machine: &Machine,
-    tables: &[Table],
-    results: &[RunResult],
-) -> String {
-    let mut out = format!("\nwheel bench on {}\n", machine_line(machine));
-    let _ = writeln!(
-        out,
-        "{} timers over {} from {} producer(s), seed {}; peers at {} over {}; warm-up: {}\n",
-        count_text(options.timers),
-        humantime::format_duration(options.spread),
-        options.producers,
-        options.seed,
-        count_text(options.peer_timers),
-        humantime::format_duration(options.peer_spread),
-        warm_up_text(options)
-    );
-    for table in tables {
-        out.push_str(&table.to_text());
-        out.push('\n');
-    }
-    for problem in problems(results) {
-        let _ = writeln!(out, "PROBLEM: {problem}");
-    }
-    out
-}
-
-/// How many unmeasured rounds each system ran first.
-fn warm_up_text(options: &Options) -> String {
-    let rust = match options.warmup_rounds {
-        0 => "none for wheel and the Rust peers (they start cold)".to_string(),
-        n => format!("{n} unmeasured round(s) for wheel and the Rust peers"),
-    };
-    if !options.peers.contains(&Peer::Netty) {
-        return rust;
-    }
-    format!(
-        "{rust}, {} JVM round(s) for Netty",
-        options.jvm_warmup_rounds
-    )
-}
-
-/// Every problem of every run, labelled.
-pub fn problems(results: &[RunResult]) -> Vec<String> {
-    results
-        .iter()
-        .flat_map(|r| {
-            r.problems.iter().map(move |p| {
-                format!(
-                    "{} {} ({}): {p}",
-                    r.system,
-                    r.scenario,
-                    count_text(r.timers)
-                )
-            })
-        })
-        .collect()
-}
-
-/// report.md: machine, config, method, tables, notes and links to the plots and histograms.
-pub fn markdown(
+/// report.md, section by section.
+pub(crate) fn markdown(
     options: &Options,
     machine: &Machine,
     tables: &[Table],
     results: &[RunResult],
     files: &[String],
 ) -> String {
-    let mut md = String::from("# wheel bench report\n\n## Machine\n\n");
+    let mut md = String::from("# wheel bench report\n\n");
+    machine_section(&mut md, machine);
+    run_section(&mut md, options);
+    md.push_str(METHOD);
+    config_section(&mut md, options);
+    systems_section(&mut md, options);
+    md.push_str("\n## Results\n\n");
+    for table in tables {
+        md.push_str(&table.to_markdown());
+        md.push('\n');
+    }
+    notes_section(&mut md, results);
+    files_section(&mut md, files);
+    md
+}
+
+fn machine_section(md: &mut String, machine: &Machine) {
+    md.push_str("## Machine\n\n");
     let _ = writeln!(
         md,
         "- cores: {} available ({} in /proc/cpuinfo)",
@@ -132,7 +60,11 @@ pub fn markdown(
         machine.busy_before * 100.0,
         machine.load_average
     );
+}
+
+fn run_section(md: &mut String, options: &Options) {
     md.push_str("## Run\n\n");
+    let scenarios: Vec<&str> = options.scenarios.iter().map(|s| s.name()).collect();
     let _ = writeln!(
         md,
         "- wheel: {} timers, delays uniform over [0, {}), seed {}, {} producer thread(s); scenarios: {}",
@@ -140,7 +72,7 @@ pub fn markdown(
         humantime::format_duration(options.spread),
         options.seed,
         options.producers,
-        options.scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+        scenarios.join(", ")
     );
     let _ = writeln!(
         md,
@@ -149,7 +81,15 @@ pub fn markdown(
         humantime::format_duration(options.peer_spread)
     );
     let _ = writeln!(md, "- warm-up: {}", warm_up_text(options));
-    md.push_str(METHOD);
+    let probe = if options.stall_probe {
+        "on (`--stall-probe on`): a thread spins on the clock during each measured round"
+    } else {
+        "off (the default; `--stall-probe on` measures them): host stalls are not measured"
+    };
+    let _ = writeln!(md, "- host stall probe: {probe}");
+}
+
+fn config_section(md: &mut String, options: &Options) {
     md.push_str("\n## wheel config\n\n");
     let source = options
         .config_file
@@ -157,29 +97,18 @@ pub fn markdown(
         .map_or("defaults".to_string(), |p| p.display().to_string());
     let config = serde_json::to_string_pretty(&options.config).unwrap_or_default();
     let _ = writeln!(md, "From {source}:\n\n```json\n{config}\n```\n");
+}
+
+fn systems_section(md: &mut String, options: &Options) {
     md.push_str("## Systems\n\n");
-    let mut systems: Vec<Box<dyn System>> = vec![systems::wheel()];
+    let mut systems = vec![systems::wheel()];
     systems.extend(options.peers.iter().map(|p| p.system()));
     for system in &systems {
         let _ = writeln!(md, "- **{}**: {}", system.name(), system.method());
     }
-    md.push_str("\n## Results\n\n");
-    for table in tables {
-        md.push_str(&table.to_markdown());
-        md.push('\n');
-    }
-    notes(&mut md, results);
-    md.push_str("## Files\n\n");
-    for file in files.iter().filter(|f| f.ends_with(".svg")) {
-        let _ = writeln!(md, "![{file}]({file})\n");
-    }
-    for file in files.iter().filter(|f| !f.ends_with(".svg")) {
-        let _ = writeln!(md, "- [{file}]({file})");
-    }
-    md
 }
 
-fn notes(md: &mut String, results: &[RunResult]) {
+fn notes_section(md: &mut String, results: &[RunResult]) {
     let noted: Vec<&RunResult> = results
         .iter()
         .filter(|r| !r.notes.is_empty() || !r.problems.is_empty())
@@ -190,19 +119,23 @@ fn notes(md: &mut String, results: &[RunResult]) {
     md.push_str("## Notes and problems\n\n");
     for run in noted {
         for note in &run.notes {
-            let _ = writeln!(
-                md,
-                "- {} {} ({}): {note}",
-                run.system,
-                run.scenario,
-                count_text(run.timers)
-            );
+            let _ = writeln!(md, "- {}: {note}", run_label(run));
         }
     }
     for problem in problems(results) {
         let _ = writeln!(md, "- **PROBLEM** {problem}");
     }
     md.push('\n');
+}
+
+fn files_section(md: &mut String, files: &[String]) {
+    md.push_str("## Files\n\n");
+    for file in files.iter().filter(|f| f.ends_with(".svg")) {
+        let _ = writeln!(md, "![{file}]({file})\n");
+    }
+    for file in files.iter().filter(|f| !f.ends_with(".svg")) {
+        let _ = writeln!(md, "- [{file}]({file})");
+    }
 }
 
 const METHOD: &str = "
@@ -229,7 +162,36 @@ const METHOD: &str = "
   system before its first timer (before any warm-up round), divided by the timers scheduled
   (some have fired by then; freed memory the allocator keeps still counts). Peak RSS is
   VmHWM, reset at the start of the measured round. The allocator is mimalloc.
-- CPU time is each thread's schedstat run time, by thread name, over the measured round.
+- CPU time is each thread's schedstat run time over the measured round, by role, and per
+  timer scheduled (`ns/timer` columns; results.json `cpu.*_ns_per_timer`):
+  - *producer*: the scheduling threads, read by each thread itself from its first schedule to
+    its last follow-up, so cancels (`rpc`) and reschedules (`heartbeat`) are in it, and so is
+    the harness's own work per timer (drawing the delay, making the task, a clock read every
+    64 timers); Netty's is its main thread's, from the JVM.
+  - *tick*: the threads that keep time, by thread name (wheel: `wheel-tick-*`); for the peers
+    whose callbacks run on those same threads (every peer here), callbacks included.
+  - *exec*: the threads that run callbacks when they are others (wheel: `wheel-exec-*`);
+    `inline` where they are the timer threads.
+- Host stalls (`--stall-probe on`; off by default, see below): during each measured round a
+  thread (`bench-stalls`) reads the monotonic clock in a tight loop and notes every gap
+  between two reads. A gap is either the VM's vCPU not running at all (the host stopped it:
+  every thread on it is late by as much, the service's callbacks included) or the guest
+  kernel running another thread on the probe's CPU (the probe's own run-queue wait, from its
+  schedstat, tells how much). *stall max* is the longest gap less that wait; the `host
+  stalls` table adds the stalls over 200 µs, the time lost in them, the probe's own waits
+  (not stalls) and the kernel's steal time over the round. Compare a run's lateness tail
+  with its stall max: a p99.99 or max about as long as the longest host stall is the host's,
+  not the service's. The probe sees the stalls of the vCPU it runs on, and only while it
+  runs: it is `SCHED_IDLE`, so any other thread of its CPU preempts it at once.
+  - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
+    sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
+    the probe on and off interleaved: three series of 8, 8 and 6 pairs at 100 k timers gave
+    median tick-thread CPU of 710 vs 928, 722 vs 950 and 681 vs 1040 ns per timer (a quarter
+    to a third lower with the probe); 5 pairs at 1 M timers, 228 vs 257 (a tenth lower). The
+    p99 lateness went either way, within the noise (1.55 vs 1.16, 1.67 vs 1.83, 1.16 vs
+    1.49 ms). At normal priority instead of `SCHED_IDLE` the probe doubled the p99. So a run
+    with the probe understates the service's CPU cost: use `--stall-probe on` to tell host
+    stalls from lateness, and a run without it for cost.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'

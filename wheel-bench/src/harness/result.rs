@@ -1,13 +1,15 @@
 //! [`RunResult`]: everything one run of one system measured (the rows of every table and of
-//! results.json).
+//! results.json), and [`Skipped`]: a run that did not happen. The harness and the Netty peer
+//! fill them in; [`crate::report`] reads them.
 
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::histogram::Percentiles;
-use crate::scenario::Scenario;
+use crate::harness::histogram::Percentiles;
+use crate::harness::scenario::Scenario;
+use crate::host::stalls::HostStalls;
 
 /// One system's run of one scenario.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -16,7 +18,7 @@ pub struct RunResult {
     pub scenario: Scenario,
     /// Timers the run was asked to schedule.
     pub timers: u64,
-    #[serde(with = "crate::format::duration_text")]
+    #[serde(with = "duration_text")]
     pub spread: Duration,
     pub producers: usize,
     pub counts: Counts,
@@ -29,6 +31,9 @@ pub struct RunResult {
     pub cpu: CpuFigures,
     /// Tick-thread wake-ups during the run, where the system counts them.
     pub wakeups: Option<u64>,
+    /// What the host stall probe saw during the measured round (`None`: it did not watch).
+    #[serde(default)]
+    pub host_stalls: Option<HostStalls>,
     /// Wall time from the first schedule to the last callback.
     pub wall_secs: f64,
     /// Why the counts do not add up, if they do not (empty: all good).
@@ -99,15 +104,51 @@ pub struct MemoryFigures {
     pub bytes_per_timer: f64,
 }
 
-/// CPU time of the system's threads during the run.
+/// CPU time of the system's threads during the measured round, by thread role, in total and
+/// per timer scheduled.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuFigures {
     /// Threads that keep time (tick threads, timer threads, runtime workers).
     pub timer_ns: u64,
     /// Threads that run callbacks, when they are not the timer threads.
     pub executor_ns: Option<u64>,
+    /// The producer threads, while they schedule (and cancel or reschedule, as the scenario
+    /// says), where their CPU time could be read.
+    #[serde(default)]
+    pub producer_ns: Option<u64>,
     /// How the threads were told apart.
     pub threads: String,
+    /// `producer_ns` per timer scheduled.
+    #[serde(default)]
+    pub producer_ns_per_timer: Option<f64>,
+    /// `timer_ns` per timer scheduled (for systems without an executor, callbacks included).
+    #[serde(default)]
+    pub tick_ns_per_timer: Option<f64>,
+    /// `executor_ns` per timer scheduled (`None` when callbacks run on the timer threads).
+    #[serde(default)]
+    pub executor_ns_per_timer: Option<f64>,
+}
+
+impl CpuFigures {
+    /// Fills the per-timer figures from the totals, for `timers` scheduled.
+    pub fn set_per_timer(&mut self, timers: u64) {
+        self.producer_ns_per_timer = self.producer_ns.and_then(|ns| per_timer(ns, timers));
+        self.tick_ns_per_timer = per_timer(self.timer_ns, timers);
+        self.executor_ns_per_timer = self.executor_ns.and_then(|ns| per_timer(ns, timers));
+    }
+}
+
+/// `ns` spread over `timers` (`None` when there were none).
+fn per_timer(ns: u64, timers: u64) -> Option<f64> {
+    (timers > 0).then(|| ns as f64 / timers as f64)
+}
+
+/// A run that did not happen, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub system: String,
+    pub scenario: Scenario,
+    pub reason: String,
 }
 
 impl RunResult {
@@ -132,6 +173,7 @@ impl RunResult {
             memory: None,
             cpu: CpuFigures::default(),
             wakeups: None,
+            host_stalls: None,
             wall_secs: 0.0,
             problems: Vec::new(),
             notes: Vec::new(),
@@ -158,10 +200,23 @@ impl RunResult {
             ));
         }
     }
+}
 
-    /// A label for tables and plots: system and size ("wheel 10M").
-    pub fn label(&self) -> String {
-        format!("{} {}", self.system, crate::format::count_text(self.timers))
+/// Serde for `Duration` as humantime text ("10s", "500ms").
+pub(crate) mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `d` as "10s".
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    /// Reads "10s" back.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -190,5 +245,39 @@ mod tests {
         run.counts = Counts { fired: 6, ..good };
         run.check_counts();
         assert_eq!(run.problems.len(), 1);
+    }
+
+    #[test]
+    fn cpu_per_timer_divides_each_role_by_the_timers_scheduled() {
+        let mut cpu = CpuFigures {
+            timer_ns: 3_000,
+            executor_ns: Some(5_000),
+            producer_ns: Some(1_000),
+            ..CpuFigures::default()
+        };
+        cpu.set_per_timer(10);
+        assert_eq!(
+            (
+                cpu.producer_ns_per_timer,
+                cpu.tick_ns_per_timer,
+                cpu.executor_ns_per_timer
+            ),
+            (Some(100.0), Some(300.0), Some(500.0))
+        );
+        let mut inline = CpuFigures {
+            timer_ns: 3_000,
+            ..CpuFigures::default()
+        };
+        inline.set_per_timer(10);
+        assert_eq!(inline.tick_ns_per_timer, Some(300.0));
+        assert_eq!(
+            (inline.producer_ns_per_timer, inline.executor_ns_per_timer),
+            (None, None)
+        );
+        cpu.set_per_timer(0);
+        assert_eq!(
+            cpu.tick_ns_per_timer, None,
+            "idle: no timers, no per-timer cost"
+        );
     }
 }

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::histogram::{spectrum, to_hgrm};
-use crate::machine::Machine;
+use crate::harness::result::{RunResult, Skipped};
+use crate::harness::scenario::Scenario;
+use crate::host::machine::Machine;
 use crate::options::Options;
-use crate::plot::{self, Line};
-use crate::result::RunResult;
-use crate::scenario::Scenario;
-use crate::tables::Skipped;
+use crate::report::format::count_text;
+use crate::report::hgrm::{spectrum, to_hgrm};
+use crate::report::plot::{self, Line};
 
 /// What results.json holds.
 #[derive(Serialize)]
@@ -31,7 +31,7 @@ pub fn hgrm_name(run: &RunResult, blocked: bool) -> String {
         "{}-{}-{}{suffix}.hgrm",
         run.system,
         run.scenario,
-        crate::format::count_text(run.timers)
+        count_text(run.timers)
     )
 }
 
@@ -72,7 +72,7 @@ pub fn write_plots(
             runs.iter().filter(|r| r.scenario == *scenario).collect();
         let spectra: Vec<(String, Vec<_>)> = of_scenario
             .iter()
-            .filter_map(|r| Some((r.label(), spectrum(r.histogram.as_ref()?))))
+            .filter_map(|r| Some((label(r), spectrum(r.histogram.as_ref()?))))
             .filter(|(_, points)| !points.is_empty())
             .collect();
         let lines: Vec<Line<'_>> = spectra
@@ -88,7 +88,7 @@ pub fn write_plots(
             names.insert(0, "lateness.svg".into());
             let bars: Vec<(String, f64)> = of_scenario
                 .iter()
-                .filter_map(|r| Some((r.label(), r.throughput.schedule_per_sec?)))
+                .filter_map(|r| Some((label(r), r.throughput.schedule_per_sec?)))
                 .collect();
             plot::throughput(
                 &dir.join("throughput.svg"),
@@ -103,6 +103,11 @@ pub fn write_plots(
         }
     }
     Ok(files)
+}
+
+/// A run's label in plots: system and size ("wheel 10M").
+fn label(run: &RunResult) -> String {
+    format!("{} {}", run.system, count_text(run.timers))
 }
 
 /// Writes results.json.

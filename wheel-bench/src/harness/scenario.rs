@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::task::SLOW_BLOCK;
+use crate::harness::task::SLOW_BLOCK;
 
 /// Share of timers the `rpc` scenario cancels, per 10 000.
 pub const RPC_CANCEL_PER_10000: u64 = 9_000;

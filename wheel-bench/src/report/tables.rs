@@ -1,16 +1,24 @@
 //! The tables a run prints and puts in report.md, built from its results.
 
-use crate::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
-use crate::result::RunResult;
-use crate::scenario::Scenario;
-use crate::table::Table;
+use crate::harness::result::{RunResult, Skipped};
+use crate::harness::scenario::Scenario;
+use crate::options::Options;
+use crate::report::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
+use crate::report::table::Table;
 
-/// A skipped system and why.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Skipped {
-    pub system: String,
-    pub scenario: Scenario,
-    pub reason: String,
+/// Every table of the run, in print order.
+pub(crate) fn all_tables(
+    options: &Options,
+    results: &[RunResult],
+    skipped: &[Skipped],
+) -> Vec<Table> {
+    let mut tables: Vec<Table> = options
+        .scenarios
+        .iter()
+        .flat_map(|s| scenario_tables(*s, results, options.peer_timers))
+        .collect();
+    tables.extend(skipped_table(skipped));
+    tables
 }
 
 /// Every table for `scenario`: all its runs, then (when peers ran) the side-by-side at
@@ -26,6 +34,7 @@ pub fn scenario_tables(scenario: Scenario, results: &[RunResult], peer_timers: u
         return vec![idle_table(&runs)];
     }
     let mut tables = vec![main_table(scenario, &runs)];
+    tables.extend(host_stalls_table(scenario, &runs));
     let side: Vec<&RunResult> = runs
         .iter()
         .copied()
@@ -53,33 +62,36 @@ fn op_rate(rate: Option<f64>) -> String {
     rate.map_or_else(|| "–".into(), rate_text)
 }
 
+/// The follow-up operation whose rate the scenario's main table shows, if any.
+fn follow_up(scenario: Scenario) -> Option<&'static str> {
+    match scenario {
+        Scenario::Rpc => Some("cancel/s"),
+        Scenario::Heartbeat => Some("resched/s"),
+        _ => None,
+    }
+}
+
+/// Every run of the scenario: rates, lateness (beside the longest host stall, when the probe
+/// watched), memory, CPU per timer by thread role, wake-ups and whether the counts added up.
 fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
-    let follow_up = match scenario {
-        Scenario::Rpc => "cancel/s",
-        Scenario::Heartbeat => "resched/s",
-        _ => "",
-    };
+    let stalls = runs.iter().any(|r| r.host_stalls.is_some());
     let mut headers = vec!["system", "timers", "spread", "schedule/s"];
-    if !follow_up.is_empty() {
-        headers.push(follow_up);
+    headers.extend(follow_up(scenario));
+    headers.extend(["p50", "p90", "p99", "p99.9", "p99.99", "max"]);
+    if stalls {
+        headers.push("stall max");
     }
     headers.extend([
-        "p50",
-        "p90",
-        "p99",
-        "p99.9",
-        "p99.99",
-        "max",
         "peak RSS",
         "B/timer",
-        "CPU timer",
-        "CPU exec",
+        "prod ns/timer",
+        "tick ns/timer",
+        "exec ns/timer",
         "wake-ups",
         "counts",
     ]);
     let mut table = Table::new(format!("{scenario}: {}", scenario.describe()), &headers);
     for run in runs {
-        let l = run.lateness;
         let mut row = vec![
             run.system.clone(),
             count_text(run.timers),
@@ -91,19 +103,15 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
             Scenario::Heartbeat => row.push(op_rate(run.throughput.reschedule_per_sec)),
             _ => {}
         }
-        row.extend(
-            [
-                l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.p9999_ns, l.max_ns,
-            ]
-            .map(nanos_text),
-        );
-        row.push(run.memory.map_or("–".into(), |m| bytes_text(m.peak_rss)));
-        row.push(
-            run.memory
-                .map_or("–".into(), |m| format!("{:.1}", m.bytes_per_timer)),
-        );
-        row.push(nanos_text(run.cpu.timer_ns));
-        row.push(run.cpu.executor_ns.map_or("(inline)".into(), nanos_text));
+        row.extend(lateness_cells(run));
+        if stalls {
+            row.push(
+                run.host_stalls
+                    .map_or("–".into(), |s| nanos_text(s.longest_ns)),
+            );
+        }
+        row.extend(memory_cells(run));
+        row.extend(cpu_per_timer_cells(run));
         row.push(run.wakeups.map_or("–".into(), |w| w.to_string()));
         row.push(if run.problems.is_empty() {
             "ok".into()
@@ -113,6 +121,83 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
         table.push(row);
     }
     table
+}
+
+/// p50 … max of the lateness.
+fn lateness_cells(run: &RunResult) -> [String; 6] {
+    let l = run.lateness;
+    [
+        l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.p9999_ns, l.max_ns,
+    ]
+    .map(nanos_text)
+}
+
+/// Peak RSS and bytes per timer.
+fn memory_cells(run: &RunResult) -> [String; 2] {
+    match run.memory {
+        Some(m) => [bytes_text(m.peak_rss), format!("{:.1}", m.bytes_per_timer)],
+        None => ["–".into(), "–".into()],
+    }
+}
+
+/// CPU ns per timer of the producer, tick and executor threads.
+fn cpu_per_timer_cells(run: &RunResult) -> [String; 3] {
+    let cpu = &run.cpu;
+    let executor = match (cpu.executor_ns, cpu.executor_ns_per_timer) {
+        (None, _) => "inline".to_string(),
+        (Some(_), per_timer) => per_timer_text(per_timer),
+    };
+    [
+        per_timer_text(cpu.producer_ns_per_timer),
+        per_timer_text(cpu.tick_ns_per_timer),
+        executor,
+    ]
+}
+
+/// A per-timer cost: "312", or "n/a" where it could not be measured.
+fn per_timer_text(ns: Option<f64>) -> String {
+    ns.map_or("n/a".into(), |ns| format!("{ns:.0}"))
+}
+
+/// What the host stall probe saw in each run, beside the lateness tail it may explain: a
+/// callback on a stopped vCPU starts late by the whole stall.
+fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
+    if runs.iter().all(|r| r.host_stalls.is_none()) {
+        return None;
+    }
+    let mut table = Table::new(
+        format!("{scenario}: host stalls during each measured round, beside the lateness tail"),
+        &[
+            "system",
+            "timers",
+            "p99.99",
+            "max",
+            "stall max",
+            "stalls >200µs",
+            "lost",
+            "steal",
+            "probe preempted",
+            "watched",
+        ],
+    );
+    for run in runs {
+        let Some(s) = run.host_stalls else {
+            continue;
+        };
+        table.push(vec![
+            run.system.clone(),
+            count_text(run.timers),
+            nanos_text(run.lateness.p9999_ns),
+            nanos_text(run.lateness.max_ns),
+            nanos_text(s.longest_ns),
+            s.gaps_over_200us.to_string(),
+            nanos_text(s.lost_ns),
+            s.steal_ns.map_or("–".into(), nanos_text),
+            format!("{} ({})", s.preempted_gaps, nanos_text(s.preempted_ns)),
+            nanos_text(s.observed_ns),
+        ]);
+    }
+    Some(table)
 }
 
 fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
@@ -219,7 +304,7 @@ fn idle_table(runs: &[&RunResult]) -> Table {
 }
 
 /// The skipped systems as a table (empty when none were).
-pub fn skipped_table(skipped: &[Skipped]) -> Option<Table> {
+fn skipped_table(skipped: &[Skipped]) -> Option<Table> {
     if skipped.is_empty() {
         return None;
     }
@@ -239,7 +324,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::result::MemoryFigures;
+    use crate::harness::result::MemoryFigures;
+    use crate::host::stalls::HostStalls;
 
     fn run(system: &str, timers: u64, rate: f64, p99: u64) -> RunResult {
         let mut r = RunResult::new(system, Scenario::Fire, timers, Duration::from_secs(1), 1);
@@ -273,5 +359,50 @@ mod tests {
         let results = vec![run("wheel", 100_000, 10e6, 1_000_000)];
         assert_eq!(scenario_tables(Scenario::Fire, &results, 100_000).len(), 1);
         assert!(scenario_tables(Scenario::Rpc, &results, 100_000).is_empty());
+    }
+
+    #[test]
+    fn main_table_shows_cost_per_timer_by_role_and_the_longest_stall() {
+        let mut wheel = run("wheel", 100_000, 10e6, 1_000_000);
+        wheel.cpu.executor_ns = Some(1);
+        wheel.cpu.producer_ns_per_timer = Some(95.4);
+        wheel.cpu.tick_ns_per_timer = Some(40.0);
+        wheel.cpu.executor_ns_per_timer = Some(120.0);
+        wheel.host_stalls = Some(HostStalls {
+            longest_ns: 7_500_000,
+            gaps_over_200us: 3,
+            lost_ns: 9_000_000,
+            ..HostStalls::default()
+        });
+        let mut heap = run("binary-heap", 100_000, 2e6, 3_000_000);
+        heap.cpu.tick_ns_per_timer = Some(700.0);
+        let tables = scenario_tables(Scenario::Fire, &[wheel, heap], 100_000);
+        let main = &tables[0];
+        let cell = |row: usize, header: &str| {
+            let column = main.headers.iter().position(|h| h == header).unwrap();
+            main.rows[row][column].clone()
+        };
+        assert_eq!(cell(0, "prod ns/timer"), "95");
+        assert_eq!(cell(0, "tick ns/timer"), "40");
+        assert_eq!(cell(0, "exec ns/timer"), "120");
+        assert_eq!(cell(0, "stall max"), "7.50 ms");
+        assert_eq!(cell(1, "prod ns/timer"), "n/a");
+        assert_eq!(cell(1, "tick ns/timer"), "700");
+        assert_eq!(cell(1, "exec ns/timer"), "inline");
+        assert_eq!(cell(1, "stall max"), "–");
+        // The stall column sits right after the lateness max.
+        let max = main.headers.iter().position(|h| h == "max").unwrap();
+        assert_eq!(main.headers[max + 1], "stall max");
+        let stalls = tables
+            .iter()
+            .find(|t| t.title.contains("host stalls"))
+            .expect("a host stalls table");
+        let unwatched = [run("wheel", 100_000, 10e6, 1_000_000)];
+        let tables = scenario_tables(Scenario::Fire, &unwatched, 100_000);
+        assert!(!tables[0].headers.iter().any(|h| h == "stall max"));
+        assert!(!tables.iter().any(|t| t.title.contains("host stalls")));
+        assert_eq!(stalls.rows.len(), 1, "only the runs the probe watched");
+        assert_eq!(stalls.rows[0][5], "3");
+        assert_eq!(stalls.rows[0][6], "9.00 ms");
     }
 }

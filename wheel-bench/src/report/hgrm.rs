@@ -1,53 +1,15 @@
-//! Lateness histograms: the shared bounds, a percentile summary, and HdrHistogram's
-//! percentile-distribution text format (`.hgrm`).
+//! HdrHistogram's percentile-distribution text format (`.hgrm`) and the percentile spectrum
+//! the plots draw.
 
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// Largest lateness tracked exactly: one hour, in nanoseconds (later samples are clamped).
-const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
-/// Significant decimal digits kept by every histogram.
-const SIGNIFICANT_DIGITS: u8 = 3;
 /// Percentile steps per half distance in `.hgrm` output (HdrHistogram's default).
 const TICKS_PER_HALF_DISTANCE: u32 = 5;
 /// `.hgrm` values are in milliseconds, the unit HdrHistogram's plotter labels.
 const NS_PER_OUTPUT_UNIT: f64 = 1e6;
-
-/// An empty lateness histogram in nanoseconds, 1 ns to 1 h, 3 significant digits.
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGNIFICANT_DIGITS)
-        .expect("constant histogram bounds are valid")
-}
-
-/// The percentiles every table shows, in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub p999_ns: u64,
-    pub p9999_ns: u64,
-    pub max_ns: u64,
-}
-
-impl Percentiles {
-    /// Reads the standard percentiles off `histogram`.
-    pub fn of(histogram: &Histogram<u64>) -> Percentiles {
-        let at = |q: f64| histogram.value_at_quantile(q);
-        Percentiles {
-            count: histogram.len(),
-            p50_ns: at(0.50),
-            p90_ns: at(0.90),
-            p99_ns: at(0.99),
-            p999_ns: at(0.999),
-            p9999_ns: at(0.9999),
-            max_ns: histogram.max(),
-        }
-    }
-}
 
 /// One point of a percentile spectrum: `quantile` in [0, 1) and the value there (ns).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,7 +37,7 @@ pub fn spectrum(histogram: &Histogram<u64>) -> Vec<SpectrumPoint> {
 /// `Histogram.outputPercentileDistribution` prints it and HistogramLogProcessor and the
 /// online plotter read it.
 pub fn to_hgrm(histogram: &Histogram<u64>) -> String {
-    let digits = usize::from(SIGNIFICANT_DIGITS);
+    let digits = usize::from(histogram.sigfig());
     let mut out = String::new();
     let _ = write!(
         out,
@@ -115,7 +77,7 @@ pub fn to_hgrm(histogram: &Histogram<u64>) -> String {
         out,
         "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
         histogram.buckets(),
-        sub_bucket_count(SIGNIFICANT_DIGITS)
+        sub_bucket_count(histogram.sigfig())
     );
     out
 }
@@ -146,6 +108,7 @@ pub fn parse_hgrm(text: &str) -> Option<Vec<(u64, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::histogram::new_histogram;
 
     fn uniform_1_to_10ms() -> Histogram<u64> {
         let mut h = new_histogram();
@@ -153,14 +116,6 @@ mod tests {
             h.record(i * 1_000).unwrap();
         }
         h
-    }
-
-    #[test]
-    fn percentiles_read_the_histogram() {
-        let p = Percentiles::of(&uniform_1_to_10ms());
-        assert_eq!(p.count, 10_000);
-        assert!((4_990_000..=5_010_000).contains(&p.p50_ns), "{p:?}");
-        assert!(p.max_ns >= 9_990_000);
     }
 
     #[test]

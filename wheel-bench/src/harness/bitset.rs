@@ -4,7 +4,6 @@
 #[derive(Clone, Debug)]
 pub struct Bitset {
     words: Vec<u64>,
-    len: usize,
 }
 
 impl Bitset {
@@ -12,18 +11,7 @@ impl Bitset {
     pub fn new(len: usize) -> Bitset {
         Bitset {
             words: vec![0; len.div_ceil(64)],
-            len,
         }
-    }
-
-    /// The size of the index range.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the range is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Adds `index`; returns true if it was already present.
@@ -32,11 +20,6 @@ impl Bitset {
         let present = self.words[word] & bit != 0;
         self.words[word] |= bit;
         present
-    }
-
-    /// True if `index` is present.
-    pub fn contains(&self, index: usize) -> bool {
-        self.words[index / 64] & (1u64 << (index % 64)) != 0
     }
 
     /// Members.
@@ -78,6 +61,7 @@ mod tests {
         b.insert(64);
         assert_eq!(a.union_counting_overlap(&b), 1);
         assert_eq!(a.count(), 3);
-        assert!(a.contains(64) && !a.contains(65));
+        assert!(a.insert(64), "64 came from b");
+        assert!(!a.insert(65));
     }
 }

@@ -7,7 +7,7 @@ use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::histogram::SpectrumPoint;
+use crate::report::hgrm::SpectrumPoint;
 
 const SIZE: (u32, u32) = (1100, 650);
 const FONT: &str = "sans-serif";
@@ -169,15 +169,15 @@ mod tests {
     fn both_plots_render_to_svg() {
         let dir = std::env::temp_dir().join(format!("wheel-bench-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut fast = crate::histogram::new_histogram();
-        let mut slow = crate::histogram::new_histogram();
+        let mut fast = crate::harness::histogram::new_histogram();
+        let mut slow = crate::harness::histogram::new_histogram();
         for i in 0..100_000u64 {
             fast.record(500_000 + i * 10).unwrap();
             slow.record(1_000 + i * i / 20).unwrap();
         }
         let (a, b) = (
-            crate::histogram::spectrum(&fast),
-            crate::histogram::spectrum(&slow),
+            crate::report::hgrm::spectrum(&fast),
+            crate::report::hgrm::spectrum(&slow),
         );
         let lines = [
             Line {

@@ -1,4 +1,5 @@
-//! What the kernel says about this process: resident memory and per-thread CPU time.
+//! What the kernel says about this process: resident memory, per-thread CPU time and run-queue
+//! wait, and the machine's steal time.
 
 use std::collections::HashMap;
 use std::fs;
@@ -59,6 +60,32 @@ pub fn thread_times() -> ThreadTimes {
     ThreadTimes { threads }
 }
 
+/// CPU time (ns) of the calling thread so far (`None` where /proc is missing).
+pub fn this_thread_cpu_ns() -> Option<u64> {
+    cpu_ns(std::path::Path::new("/proc/thread-self"))
+}
+
+/// The calling thread's `schedstat`: CPU time and time spent runnable but waiting for a CPU
+/// (the guest kernel ran another thread), both in ns.
+pub fn this_thread_schedstat() -> Option<(u64, u64)> {
+    let text = fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// Steal time of all CPUs together so far (ns): time the hypervisor ran something else while
+/// a vCPU had work. From /proc/stat, in clock ticks; `None` where it is not reported.
+pub fn steal_ns() -> Option<u64> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal ...
+    let steal: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    Some(steal * NS_PER_CLOCK_TICK)
+}
+
+/// USER_HZ is 100 on Linux.
+const NS_PER_CLOCK_TICK: u64 = 10_000_000;
+
 fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
     if let Ok(schedstat) = fs::read_to_string(task_dir.join("schedstat")) {
         if let Some(ns) = schedstat
@@ -74,7 +101,7 @@ fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
     let after_name = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks * 10_000_000) // USER_HZ is 100 on Linux
+    Some(ticks * NS_PER_CLOCK_TICK)
 }
 
 impl ThreadTimes {
@@ -127,5 +154,20 @@ mod tests {
         let busy = after.since(&before, "probe-busy-");
         assert!(busy >= 20_000_000, "{busy} ns");
         assert_eq!(after.since(&before, "no-such-thread"), 0);
+    }
+
+    #[test]
+    fn this_thread_figures_are_read() {
+        let before = this_thread_cpu_ns().unwrap();
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::black_box(0u64);
+        }
+        let after = this_thread_cpu_ns().unwrap();
+        assert!(after > before, "{before} -> {after}");
+        let (run, _wait) = this_thread_schedstat().unwrap();
+        assert!(run >= after);
+        // Steal time is a machine figure: present on Linux, possibly zero.
+        assert!(steal_ns().is_some());
     }
 }

@@ -5,13 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::probe::{RunGuard, Samples};
-use crate::proc;
-use crate::producer::{produce_all, Totals};
-use crate::result::{CpuFigures, MemoryFigures, RunResult};
-use crate::scenario::Scenario;
-use crate::systems::{OwnCounts, Plan, ThreadRoles, Timers};
-use crate::task::SLOW_BLOCK;
+use crate::harness::plan::Plan;
+use crate::harness::probe::{RunGuard, Samples};
+use crate::harness::producer::{produce_all, Totals};
+use crate::harness::result::{CpuFigures, MemoryFigures, RunResult};
+use crate::harness::scenario::Scenario;
+use crate::harness::task::SLOW_BLOCK;
+use crate::harness::timers::{OwnCounts, ThreadRoles, Timers};
+use crate::host::proc;
+use crate::host::stalls::StallProbe;
 
 /// How long past the last deadline the driver waits for callbacks before it gives up.
 const GRACE: Duration = Duration::from_secs(30);
@@ -71,7 +73,8 @@ fn warm_up<T: Timers>(system: &T, plan: &Plan<'_>, guard: &mut RunGuard, result:
 
 /// The measured round: every figure is its own (the probe's samples since the last
 /// [`RunGuard::next_round`], CPU, wake-ups and the system's counts as differences of
-/// snapshots, peak RSS reset at its start), except B/timer's baseline (see [`drive`]).
+/// snapshots, peak RSS reset at its start, host stalls watched from its first schedule to its
+/// last callback), except B/timer's baseline (see [`drive`]).
 fn measure<T: Timers>(
     system: T,
     plan: &Plan<'_>,
@@ -86,12 +89,14 @@ fn measure<T: Timers>(
             .push("peak RSS is the process's peak (clear_refs refused)".into());
     }
     let label = format!("{} {}", T::NAME, plan.scenario);
+    let stalls = plan.stall_probe.then(StallProbe::start);
     let started = Instant::now();
     let totals = produce_all(&system, plan, &guard.handle(), &label);
     let rss_scheduled = proc::memory().rss;
     let fired_then = guard.fired();
     let finished_waiting = wait_for_callbacks(&system, &guard, &totals, plan, &label);
     result.wall_secs = started.elapsed().as_secs_f64();
+    result.host_stalls = stalls.map(StallProbe::finish);
     let after = Snapshot::take(&system);
     let roles = system.threads();
     let finished = system.finish();
@@ -107,6 +112,8 @@ fn measure<T: Timers>(
         fired_then,
     ));
     set_usage(result, &before, &after, roles);
+    result.cpu.producer_ns = totals.producer_cpu_ns;
+    result.cpu.set_per_timer(totals.scheduled);
     if !finished_waiting {
         result.problems.push(missing());
     }
@@ -241,7 +248,8 @@ fn memory_figures(
     }
 }
 
-/// CPU time of the timer and executor threads between two snapshots.
+/// CPU time of the timer and executor threads between two snapshots (the producers' and the
+/// per-timer figures are filled in by the caller).
 fn cpu_figures(
     before: &proc::ThreadTimes,
     after: &proc::ThreadTimes,
@@ -252,6 +260,7 @@ fn cpu_figures(
         timer_ns: after.since(before, timer),
         executor_ns: executor.map(|prefix| after.since(before, prefix)),
         threads: describe_roles(timer, executor),
+        ..CpuFigures::default()
     }
 }
 

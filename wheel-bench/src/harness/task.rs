@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::probe;
+use crate::harness::probe::{self, nanos_since};
 
 /// How long a blocking callback of the `slow` scenario blocks.
 pub const SLOW_BLOCK: Duration = Duration::from_millis(10);
@@ -41,9 +41,4 @@ impl Task {
             std::thread::sleep(SLOW_BLOCK);
         }
     }
-}
-
-/// Nanoseconds from `epoch` to `at` (0 when `at` is earlier).
-pub fn nanos_since(epoch: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }

@@ -8,12 +8,17 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
-use crate::bitset::Bitset;
-use crate::delays::Draws;
-use crate::probe::RunHandle;
-use crate::scenario::{Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000};
-use crate::systems::{Outcome, Plan, Timers};
-use crate::task::Task;
+use crate::harness::bitset::Bitset;
+use crate::harness::delays::Draws;
+use crate::harness::plan::Plan;
+use crate::harness::probe::RunHandle;
+use crate::harness::result::Throughput;
+use crate::harness::scenario::{
+    Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000,
+};
+use crate::harness::task::Task;
+use crate::harness::timers::{Outcome, Timers};
+use crate::host::proc;
 
 /// Timers scheduled between two follow-ups (and timed together).
 const BATCH: u32 = 1024;
@@ -39,6 +44,9 @@ pub struct Totals {
     pub schedule_rate: Option<f64>,
     pub cancel_rate: Option<f64>,
     pub reschedule_rate: Option<f64>,
+    /// CPU time of the producer threads from their first schedule to their last follow-up,
+    /// added up (`None` where a thread's could not be read).
+    pub producer_cpu_ns: Option<u64>,
 }
 
 impl Totals {
@@ -48,8 +56,8 @@ impl Totals {
     }
 
     /// Throughput of each operation, summed over producers.
-    pub fn throughput(&self) -> crate::result::Throughput {
-        crate::result::Throughput {
+    pub fn throughput(&self) -> Throughput {
+        Throughput {
             schedule_per_sec: self.schedule_rate,
             cancel_per_sec: self.cancel_rate,
             reschedule_per_sec: self.reschedule_rate,
@@ -67,6 +75,8 @@ struct Tally {
     reschedule: Ops,
     cancelled: Option<Bitset>,
     max_deadline: Instant,
+    /// This thread's CPU time over its share.
+    cpu_ns: Option<u64>,
 }
 
 #[derive(Default)]
@@ -113,7 +123,10 @@ pub fn produce_all<T: Timers>(system: &T, plan: &Plan<'_>, run: &RunHandle, labe
             .map(|p| {
                 let range = share(plan.timers, plan.producers, p);
                 let bar = bar.clone();
-                scope.spawn(move || produce(system, plan, p, range, run, &bar))
+                std::thread::Builder::new()
+                    .name(format!("bench-prod-{p}"))
+                    .spawn_scoped(scope, move || produce(system, plan, p, range, run, &bar))
+                    .expect("spawn a producer thread")
             })
             .collect();
         handles
@@ -139,6 +152,7 @@ fn produce<T: Timers>(
     run: &RunHandle,
     bar: &ProgressBar,
 ) -> Tally {
+    let cpu_before = proc::this_thread_cpu_ns();
     let mut draws = Draws::new(plan.seed, producer as u64, plan.spread);
     let mut tally = Tally {
         scheduled: 0,
@@ -149,6 +163,7 @@ fn produce<T: Timers>(
         reschedule: Ops::default(),
         cancelled: (plan.scenario == Scenario::Rpc).then(|| Bitset::new(plan.timers as usize)),
         max_deadline: Instant::now(),
+        cpu_ns: None,
     };
     let mut pending: VecDeque<FollowUp<T::Id>> = VecDeque::new();
     let mut start = range.start;
@@ -175,6 +190,9 @@ fn produce<T: Timers>(
     while !pending.is_empty() {
         follow_up(system, plan.scenario, &mut pending, run, &mut tally);
     }
+    tally.cpu_ns = cpu_before
+        .zip(proc::this_thread_cpu_ns())
+        .map(|(before, after)| after.saturating_sub(before));
     tally
 }
 
@@ -301,6 +319,7 @@ fn add_up(tallies: Vec<Tally>, timers: usize) -> Totals {
             .iter()
             .map(|t| rate(t.reschedule.calls, t.reschedule.time)),
     );
+    let producer_cpu_ns = tallies.iter().map(|t| t.cpu_ns).sum();
     let mut totals = Totals {
         scheduled: 0,
         rejected: 0,
@@ -316,6 +335,7 @@ fn add_up(tallies: Vec<Tally>, timers: usize) -> Totals {
         schedule_rate,
         cancel_rate,
         reschedule_rate,
+        producer_cpu_ns,
     };
     for tally in tallies {
         totals.scheduled += tally.scheduled;

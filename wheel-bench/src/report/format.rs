@@ -63,24 +63,6 @@ pub fn ratio_text(value: f64, wheel: f64) -> String {
     }
 }
 
-/// Serde for `Duration` as humantime text ("10s", "500ms").
-pub mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Writes `d` as "10s".
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    /// Reads "10s" back.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,11 +16,6 @@ impl Progress {
         Progress { quiet }
     }
 
-    /// True when nothing is shown.
-    pub fn is_quiet(&self) -> bool {
-        self.quiet
-    }
-
     /// A bar counting up to `len` (timers scheduled or fired).
     pub fn counter(&self, len: u64, label: &str) -> ProgressBar {
         self.bar(

@@ -1,4 +1,4 @@
-//! The lateness probe: where every [`Task`](crate::task::Task) records its sample.
+//! The lateness probe: where every [`Task`](crate::harness::task::Task) records its sample.
 //!
 //! Callbacks run on threads the bench does not own (executor workers, runtime threads), so each
 //! thread records into its own histogram and bitset, found through a thread-local and merged
@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
-use crate::bitset::Bitset;
-use crate::histogram::new_histogram;
+use crate::harness::bitset::Bitset;
+use crate::harness::histogram::new_histogram;
 
 /// Bumped when a run starts or ends; a thread whose cached run has another generation
 /// re-attaches.
@@ -95,7 +95,7 @@ impl RunHandle {
     /// callback measures its lateness from the latest deadline recorded.
     pub fn set_deadline(&self, index: u32, deadline: Instant) {
         if let Some(table) = &self.run.deadlines {
-            let nanos = crate::task::nanos_since(self.run.epoch, deadline);
+            let nanos = nanos_since(self.run.epoch, deadline);
             table[index as usize].store(nanos, Ordering::Relaxed);
         }
     }
@@ -143,11 +143,6 @@ impl RunGuard {
         self.strays_at_start = STRAYS.load(Ordering::Relaxed);
     }
 
-    /// The run's time origin: tasks store deadlines as nanoseconds since it.
-    pub fn epoch(&self) -> Instant {
-        self.run.epoch
-    }
-
     /// Callbacks run so far (a cheap sum for progress bars).
     pub fn fired(&self) -> u64 {
         lock(&self.run.threads)
@@ -161,11 +156,6 @@ impl RunGuard {
         RunHandle {
             run: Arc::clone(&self.run),
         }
-    }
-
-    /// Records that timer `index` now wants to fire at `deadline` (after a reschedule).
-    pub fn set_deadline(&self, index: u32, deadline: Instant) {
-        self.handle().set_deadline(index, deadline);
     }
 
     /// Ends the run and merges every thread's samples. Call it once the system has stopped
@@ -226,6 +216,11 @@ fn merge_into(samples: &mut Samples, data: &ThreadData) {
     samples.early += data.early;
 }
 
+/// Nanoseconds from `epoch` to `at` (0 when `at` is earlier).
+pub(crate) fn nanos_since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Records one callback's sample: `start` is when it began, `deadline_ns` its requested
 /// deadline in nanoseconds since the run's epoch.
 pub(crate) fn record(start: Instant, index: u32, deadline_ns: u64, blocks: bool) {
@@ -275,7 +270,7 @@ impl Attached {
                 .max(deadline_ns),
             None => deadline_ns,
         };
-        let start_ns = crate::task::nanos_since(self.run.epoch, start);
+        let start_ns = nanos_since(self.run.epoch, start);
         let mut data = lock(&self.slot.data);
         if start_ns < deadline_ns {
             data.early += 1;
@@ -301,17 +296,21 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::task::Task;
+
+    /// What a task's callback does (see `Task::run`): timer `index`, due at `deadline`.
+    fn fire(index: u32, deadline: Instant, epoch: Instant) {
+        record(Instant::now(), index, nanos_since(epoch, deadline), false);
+    }
 
     #[test]
     fn samples_from_several_threads_merge() {
         let run = RunGuard::start(4, false);
-        let epoch = run.epoch();
+        let epoch = run.handle().epoch();
         let past = epoch; // deadline at the epoch: every start is late, none early
-        Task::new(0, past, epoch, false).run();
+        fire(0, past, epoch);
         std::thread::spawn(move || {
-            Task::new(1, past, epoch, false).run();
-            Task::new(1, past, epoch, false).run();
+            fire(1, past, epoch);
+            fire(1, past, epoch);
         })
         .join()
         .unwrap();
@@ -326,16 +325,16 @@ mod tests {
     #[test]
     fn a_new_round_starts_with_fresh_samples() {
         let mut run = RunGuard::start(2, true);
-        let epoch = run.epoch();
+        let epoch = run.handle().epoch();
         let later = Instant::now() + Duration::from_secs(60);
         let handle = run.handle();
         handle.set_deadline(1, later);
-        Task::new(0, epoch, epoch, false).run();
-        Task::new(1, epoch, epoch, false).run();
+        fire(0, epoch, epoch);
+        fire(1, epoch, epoch);
         run.next_round();
         assert_eq!(run.fired(), 0);
         // The deadline table was cleared: timer 1 is measured from its task's deadline.
-        Task::new(1, epoch, epoch, false).run();
+        fire(1, epoch, epoch);
         let samples = run.finish();
         assert_eq!(samples.lateness.len(), 1);
         assert_eq!(samples.seen.count(), 1);
@@ -345,12 +344,12 @@ mod tests {
     #[test]
     fn early_callbacks_are_counted() {
         let run = RunGuard::start(2, true);
-        let epoch = run.epoch();
+        let epoch = run.handle().epoch();
         let future = Instant::now() + Duration::from_secs(60);
-        Task::new(0, future, epoch, false).run();
+        fire(0, future, epoch);
         // A reschedule moved timer 1 later: its new deadline is the one that counts.
-        run.set_deadline(1, future);
-        Task::new(1, epoch, epoch, false).run();
+        run.handle().set_deadline(1, future);
+        fire(1, epoch, epoch);
         let samples = run.finish();
         assert_eq!(samples.early, 2);
     }

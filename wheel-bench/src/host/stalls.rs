@@ -1,0 +1,273 @@
+//! The host stall probe: a thread that reads the monotonic clock in a tight loop while a round
+//! is measured and reports the gaps between two reads.
+//!
+//! On a VM the hypervisor stops a vCPU now and then (on this project's VM for up to 7–8 ms, a
+//! few times a second). Every thread on that vCPU stops with it, so a timer service's callbacks
+//! start late by as much, through no fault of the service. A gap the probe sees is either such
+//! a host stall or the guest kernel running another thread on the probe's CPU (on a 2-core
+//! machine under the bench's own load, often). The probe tells them apart by its own
+//! `schedstat` wait time: a gap spent waiting on the guest's run queue is the guest's doing;
+//! the rest of the gap, the vCPU was not running at all.
+//!
+//! The probe runs under `SCHED_IDLE`: the guest kernel runs it only when its CPU has nothing
+//! else to run, and preempts it as soon as a thread of the bench or the service wakes there, so
+//! it takes only the time the service leaves idle. Even so it keeps a vCPU from ever going
+//! idle, which changes the figures beside it (report.md's "How it is measured" has the A/B),
+//! so it is off by default; `--stall-probe on` turns it on.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::proc;
+
+/// Gaps longer than this are stalls (counted and added up); shorter ones only count towards
+/// the longest gap. 200 µs is far above the loop's own step (tens of ns) and an interrupt's
+/// handling, and far below a tick.
+pub const STALL_THRESHOLD: Duration = Duration::from_micros(200);
+
+/// What the probe saw during one measured round (results.json: `host_stalls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStalls {
+    /// How long the probe watched.
+    pub observed_ns: u64,
+    /// The longest time the probe's vCPU did not run: the longest gap between two clock reads,
+    /// less the part of it the guest kernel spent running another thread there.
+    pub longest_ns: u64,
+    /// Host stalls: gaps whose vCPU-stopped part was over 200 µs.
+    pub gaps_over_200us: u64,
+    /// Time lost in those stalls (their vCPU-stopped parts, added up).
+    pub lost_ns: u64,
+    /// Gaps over 200 µs that were the guest's own scheduling (the probe waited for a CPU while
+    /// other threads, mostly the bench's, ran): not host stalls.
+    pub preempted_gaps: u64,
+    /// Time the probe waited for a CPU during gaps over 200 µs.
+    pub preempted_ns: u64,
+    /// Steal time of all CPUs over the round (/proc/stat, 10 ms resolution), where the kernel
+    /// reports it: the hypervisor's own count of time a vCPU wanted to run and did not.
+    pub steal_ns: Option<u64>,
+    /// True when the probe ran under `SCHED_IDLE` (false: at normal priority, competing with
+    /// the service for its CPU, because the kernel refused).
+    #[serde(default)]
+    pub sched_idle: bool,
+}
+
+/// Adds up gaps between clock reads; pure, so it can be fed synthetic reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StallTally {
+    longest_ns: u64,
+    gaps: u64,
+    lost_ns: u64,
+    preempted_gaps: u64,
+    preempted_ns: u64,
+}
+
+impl StallTally {
+    /// One gap of `gap_ns` between two clock reads, `waited_ns` of which the probe's thread
+    /// spent runnable but waiting for a CPU (0 when not read: only gaps over a few µs are
+    /// worth the read).
+    pub fn gap(&mut self, gap_ns: u64, waited_ns: u64) {
+        let waited = waited_ns.min(gap_ns);
+        let stopped = gap_ns - waited;
+        self.longest_ns = self.longest_ns.max(stopped);
+        if gap_ns <= threshold_ns() {
+            return;
+        }
+        self.preempted_ns += waited;
+        if stopped > threshold_ns() {
+            self.gaps += 1;
+            self.lost_ns += stopped;
+        } else {
+            self.preempted_gaps += 1;
+        }
+    }
+
+    /// The figures, for `observed_ns` of watching.
+    pub fn figures(&self, observed_ns: u64, steal_ns: Option<u64>) -> HostStalls {
+        HostStalls {
+            sched_idle: false,
+            observed_ns,
+            longest_ns: self.longest_ns,
+            gaps_over_200us: self.gaps,
+            lost_ns: self.lost_ns,
+            preempted_gaps: self.preempted_gaps,
+            preempted_ns: self.preempted_ns,
+            steal_ns,
+        }
+    }
+}
+
+fn threshold_ns() -> u64 {
+    STALL_THRESHOLD.as_nanos() as u64
+}
+
+/// A running probe; [`StallProbe::finish`] stops it and returns what it saw.
+pub struct StallProbe {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(StallTally, u64, bool)>,
+    steal_before: Option<u64>,
+}
+
+impl StallProbe {
+    /// Starts the probe thread (`bench-stalls`); it spins until [`StallProbe::finish`].
+    pub fn start() -> StallProbe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let steal_before = proc::steal_ns();
+        let thread = std::thread::Builder::new()
+            .name("bench-stalls".into())
+            .spawn(move || {
+                let sched_idle = run_only_when_idle();
+                let (tally, observed_ns) = spin(&flag);
+                (tally, observed_ns, sched_idle)
+            })
+            .expect("spawn the stall probe thread");
+        StallProbe {
+            stop,
+            thread,
+            steal_before,
+        }
+    }
+
+    /// Stops the probe and returns its figures.
+    pub fn finish(self) -> HostStalls {
+        self.stop.store(true, Ordering::Relaxed);
+        let (tally, observed_ns, sched_idle) =
+            self.thread.join().expect("the stall probe panicked");
+        let steal = self
+            .steal_before
+            .zip(proc::steal_ns())
+            .map(|(before, after)| after.saturating_sub(before));
+        HostStalls {
+            sched_idle,
+            ..tally.figures(observed_ns, steal)
+        }
+    }
+}
+
+/// Puts the calling thread under `SCHED_IDLE`; false if the kernel refused.
+fn run_only_when_idle() -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread, and `param` is a valid sched_param for the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
+}
+
+/// Gaps longer than this are worth a read of the probe's run-queue wait: shorter ones are
+/// interrupts (a few µs), and reading it after every one would cost more than they do. The
+/// longest gap is only told apart from guest preemption above this.
+const READ_WAIT_OVER: Duration = Duration::from_micros(20);
+
+/// The probe's loop: read the clock, note the gap since the last read, until told to stop.
+/// After a gap over [`READ_WAIT_OVER`] it reads its own run-queue wait (a /proc read of a few
+/// µs), and starts the next gap after that read, so the read is not taken for a stall.
+fn spin(stop: &AtomicBool) -> (StallTally, u64) {
+    let mut tally = StallTally::default();
+    let threshold = READ_WAIT_OVER.as_nanos() as u64;
+    let mut waited_before = wait_ns();
+    let started = Instant::now();
+    let mut last = started;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let gap = now.duration_since(last).as_nanos() as u64;
+        if gap > threshold {
+            let waited_now = wait_ns();
+            tally.gap(gap, waited_now.saturating_sub(waited_before));
+            waited_before = waited_now;
+            last = Instant::now();
+        } else {
+            tally.gap(gap, 0);
+            last = now;
+        }
+    }
+    (tally, started.elapsed().as_nanos() as u64)
+}
+
+/// The calling thread's run-queue wait so far (0 where it cannot be read: every gap then
+/// counts as the host's).
+fn wait_ns() -> u64 {
+    proc::this_thread_schedstat().map_or(0, |(_, wait)| wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+
+    /// Feeds clock reads (ns) with the run-queue wait read after each, as [`spin`] does.
+    fn tally_of(reads: &[(u64, u64)]) -> StallTally {
+        let mut tally = StallTally::default();
+        for pair in reads.windows(2) {
+            let ((t0, w0), (t1, w1)) = (pair[0], pair[1]);
+            tally.gap(t1 - t0, w1 - w0);
+        }
+        tally
+    }
+
+    #[test]
+    fn small_gaps_only_set_the_longest() {
+        let tally = tally_of(&[(0, 0), (50, 0), (150 * US, 0), (160 * US, 0)]);
+        let figures = tally.figures(160 * US, None);
+        assert_eq!(figures.longest_ns, 150 * US - 50);
+        assert_eq!((figures.gaps_over_200us, figures.lost_ns), (0, 0));
+        assert_eq!((figures.preempted_gaps, figures.preempted_ns), (0, 0));
+    }
+
+    #[test]
+    fn host_stalls_are_counted_and_added_up() {
+        // Two stalls of 7 ms and 300 µs with no run-queue wait; one gap of exactly 200 µs
+        // (not over the threshold).
+        let reads = [
+            (0, 0),
+            (7 * MS, 0),
+            (7 * MS + 10, 0),
+            (7 * MS + 10 + 300 * US, 0),
+            (7 * MS + 10 + 500 * US, 0),
+        ];
+        let figures = tally_of(&reads).figures(8 * MS, Some(10 * MS));
+        assert_eq!(figures.longest_ns, 7 * MS);
+        assert_eq!(figures.gaps_over_200us, 2);
+        assert_eq!(figures.lost_ns, 7 * MS + 300 * US);
+        assert_eq!(figures.preempted_gaps, 0);
+        assert_eq!(figures.steal_ns, Some(10 * MS));
+    }
+
+    #[test]
+    fn guest_preemption_is_not_a_host_stall() {
+        // A 4 ms gap the probe spent waiting on the run queue: the guest ran someone else.
+        // Then a 3 ms gap of which 1 ms was waiting: a 2 ms host stall.
+        let reads = [(0, 0), (4 * MS, 4 * MS), (7 * MS, 5 * MS)];
+        let figures = tally_of(&reads).figures(7 * MS, None);
+        assert_eq!(figures.longest_ns, 2 * MS);
+        assert_eq!((figures.gaps_over_200us, figures.lost_ns), (1, 2 * MS));
+        assert_eq!(figures.preempted_gaps, 1);
+        assert_eq!(figures.preempted_ns, 5 * MS);
+    }
+
+    #[test]
+    fn wait_beyond_the_gap_is_clamped() {
+        // Run-queue wait is read after the gap, so it can include waits before it.
+        let mut tally = StallTally::default();
+        tally.gap(MS, 3 * MS);
+        let figures = tally.figures(MS, None);
+        assert_eq!((figures.longest_ns, figures.gaps_over_200us), (0, 0));
+        assert_eq!((figures.preempted_gaps, figures.preempted_ns), (1, MS));
+    }
+
+    #[test]
+    fn the_probe_runs_and_stops() {
+        let probe = StallProbe::start();
+        std::thread::sleep(Duration::from_millis(30));
+        let figures = probe.finish();
+        assert!(figures.observed_ns >= 20 * MS, "{figures:?}");
+        assert!(figures.lost_ns <= figures.observed_ns);
+        assert!(
+            figures.sched_idle,
+            "Linux lets a thread lower its own priority"
+        );
+    }
+}
