@@ -91,6 +91,19 @@ pub(crate) fn histogram_bytes() -> usize {
 }
 
 impl Lateness {
+    /// An empty histogram with the bounds of every [`Lateness::histogram`]: nanoseconds from 1
+    /// to an hour (longer samples are clamped), 3 significant digits. For code that records
+    /// its own samples beside the service's and wants them comparable.
+    ///
+    /// ```
+    /// let mut mine = wheel_shard::Lateness::empty_histogram();
+    /// mine.record(1_500).unwrap();
+    /// assert_eq!(mine.len(), 1);
+    /// ```
+    pub fn empty_histogram() -> Histogram<u64> {
+        new_histogram()
+    }
+
     pub(crate) fn from_histogram(histogram: Histogram<u64>) -> Lateness {
         let at = |q: f64| Duration::from_nanos(histogram.value_at_quantile(q));
         Lateness {

@@ -5,18 +5,11 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// Largest lateness tracked exactly: one hour, in nanoseconds (later samples are clamped).
-const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
-/// Significant decimal digits kept by every histogram.
-const SIGNIFICANT_DIGITS: u8 = 3;
-
-/// An empty lateness histogram in nanoseconds, 1 ns to 1 h, 3 significant digits: the bounds
-/// of `wheel_shard`'s `Lateness::histogram`, written out again here because wheel-shard keeps
-/// its constructor to itself (`stats::new_histogram` is `pub(crate)`). When it exports one,
-/// this should call it, so the bench's and the service's histograms cannot drift apart.
+/// An empty lateness histogram: the service's own constructor
+/// ([`wheel_shard::Lateness::empty_histogram`]), so the bench's and the service's histograms
+/// share their bounds (1 ns to 1 h, 3 significant digits).
 pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGNIFICANT_DIGITS)
-        .expect("constant histogram bounds are valid")
+    wheel_shard::Lateness::empty_histogram()
 }
 
 /// The percentiles every table shows, in nanoseconds.
