@@ -109,14 +109,14 @@ impl<T: Copy> Chunk<T> {
         unsafe { &mut *(written as *mut [MaybeUninit<Entry<T>>] as *mut [Entry<T>]) }
     }
 
+    /// The initialized entries from position `at` on, `at..end` (`at <= end`).
+    pub(crate) fn from(&self, at: usize) -> &[Entry<T>] {
+        &self.initialized()[at..]
+    }
+
     /// The live entries, `start..end`.
     pub(crate) fn live(&self) -> &[Entry<T>] {
         &self.initialized()[self.start()..]
-    }
-
-    /// The entry at position `at` (`at < end`).
-    pub(crate) fn get(&self, at: usize) -> Entry<T> {
-        self.initialized()[at]
     }
 
     /// Appends `entry` (the chunk is not full).
@@ -124,6 +124,18 @@ impl<T: Copy> Chunk<T> {
         let end = self.end();
         self.entries[end] = MaybeUninit::new(entry);
         self.end += 1;
+    }
+
+    /// Appends `entries` (there is room for them).
+    pub(crate) fn extend(&mut self, entries: &[Entry<T>]) {
+        let end = self.end();
+        for (place, &entry) in self.entries[end..end + entries.len()]
+            .iter_mut()
+            .zip(entries)
+        {
+            *place = MaybeUninit::new(entry);
+        }
+        self.end += entries.len() as u32;
     }
 
     /// Takes the first live entry, if any.
@@ -210,6 +222,25 @@ impl<T: Copy> Chunks<T> {
     #[inline]
     pub(crate) fn get_mut(&mut self, id: u32) -> &mut Chunk<T> {
         &mut self.blocks[(id >> BLOCK_BITS) as usize][(id & BLOCK_MASK) as usize]
+    }
+
+    /// Starts loading chunk `id` into cache: every line of it, so a walk that reaches it finds
+    /// its entries there (consecutive chunks of a slot lie anywhere in memory, where a
+    /// hardware prefetcher following the walk cannot guess them).
+    #[inline]
+    pub(crate) fn prefetch(&self, id: u32) {
+        #[cfg(target_arch = "x86_64")]
+        if id != NIL {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let first = (self.get(id) as *const Chunk<T>).cast::<i8>();
+            for line in (0..size_of::<Chunk<T>>()).step_by(64) {
+                // SAFETY: a prefetch is only a hint: it never faults and changes no memory, and
+                // the address lies within the chunk anyway. SSE is part of the x86_64 baseline.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(line)) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = id;
     }
 
     /// An empty chunk from the pool, linked to nothing; a new block when the pool is empty.
@@ -370,7 +401,7 @@ mod tests {
         assert!(chunk.is_full());
         assert_eq!(chunk.pop_front(), Some(entry(0)));
         assert_eq!(chunk.live().len(), CHUNK - 1);
-        assert_eq!(chunk.get(5), entry(5));
+        assert_eq!(chunk.from(5)[0], entry(5));
         chunk.initialized_mut()[0] = entry(99);
         chunk.set_live(0, 3);
         assert_eq!(chunk.live(), [entry(99), entry(1), entry(2)]);

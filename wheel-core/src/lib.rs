@@ -50,7 +50,8 @@
 //! Entries are stored inline: each slot is an array of `(deadline, value)` in arrival order,
 //! kept in fixed chunks of 63 entries (1 KiB with an 8-byte value) linked into a list. Insert
 //! appends to the slot's last chunk, a hand-out or an early cascade takes from the first, and a
-//! cascade walks the whole list, giving each chunk back as it goes. Chunks come from one pool
+//! cascade walks the whole list, giving each chunk back as it goes; a walk starts loading the
+//! next chunk while it reads one, the only prefetching left. Chunks come from one pool
 //! for the whole wheel and go back to it, so a slot never copies its array to grow it and a
 //! long-running wheel holds about as much memory as its entries at their peak.
 //! [`Wheel::retain`] walks the slots with a cursor kept across calls, moving the entries kept

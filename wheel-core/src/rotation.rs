@@ -3,14 +3,15 @@
 //! Each slot is a FIFO list of [`Chunk`](crate::chunks::Chunk)s holding its entries inline, in
 //! arrival order. Appending writes the tail chunk; taking from the front reads the head chunk;
 //! a cascade takes the whole list. Nothing here chases a pointer per entry: a walk reads 63
-//! entries in a row before it follows a link.
+//! entries in a row before it follows a link, and starts loading the chunk after the one in
+//! hand, since consecutive chunks of a slot lie anywhere in memory.
 //!
 //! A slot is compacted in place, in bounded steps ([`Rotation::retain_slot`]): the entries the
 //! caller keeps move down towards the slot's head, in order, the chunks this empties go back
 //! to the pool, and between steps the list is whole again (no hole is left for the other
 //! operations to step over).
 
-use crate::chunks::{Chunks, NIL};
+use crate::chunks::{Chunks, CHUNK, NIL};
 use crate::entry::Entry;
 
 /// One slot: the first and last chunk of its list, both [`NIL`] when it is empty. Every
@@ -165,6 +166,10 @@ impl Rotation {
             if next == NIL {
                 self.slots[slot].tail = NIL;
                 self.mark_empty(slot);
+            } else {
+                // The chunk after the new head: it has a chunk's worth of entries' time to
+                // arrive.
+                chunks.prefetch(chunks.get(next).next());
             }
         }
         Some(entry)
@@ -184,6 +189,8 @@ impl Rotation {
         if head == NIL || max == 0 {
             return 0;
         }
+        // The early cascade comes back for the next chunk soon: start loading it.
+        chunks.prefetch(chunks.get(head).next());
         let chunk = chunks.get_mut(head);
         let live = chunk.live();
         let taken = live.len().min(max);
@@ -233,12 +240,17 @@ impl Rotation {
     /// `keep` does. Entries kept move down into the room the removed ones left, so the chunks
     /// this empties go back to the pool; at most one chunk's worth of entries moves beyond
     /// the ones examined. Returns where it stopped when the budget ran out inside the slot.
+    ///
+    /// A chunk at a time: its entries are examined in a tight loop that collects the kept ones
+    /// in `kept` (room for a chunk's worth), which are then copied to their place.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn retain_slot<T: Copy, const PREFETCH: bool>(
         &mut self,
         chunks: &mut Chunks<T>,
         slot: usize,
         resume: Option<Resume>,
         budget: usize,
+        kept: &mut Vec<Entry<T>>,
         prefetch: &mut impl FnMut(&T),
         keep: &mut impl FnMut(u64, &T) -> bool,
     ) -> Retained {
@@ -247,13 +259,13 @@ impl Rotation {
             removed: 0,
             resume: None,
         };
-        if self.slots[slot].head == NIL {
+        if self.slots[slot].head == NIL || budget == 0 {
             return done;
         }
         // The chunk being read, `r`, and the next position to examine there, `i`. The entries
-        // kept go to `write`: into `w`, the chunk before `r` (while it has room; `NIL` when
-        // `r` is the head), or, once that is full, into `r` itself from its front, which
-        // `own = Some((first, next))` says.
+        // kept go into `w`, the chunk before `r` (while it has room; `NIL` when `r` is the
+        // head), or, once that is full, into `r` itself from its front, which
+        // `own = Some((first, next))` says: positions `first..next` of `r` hold entries kept.
         let mut w = NIL;
         let mut r;
         let mut i;
@@ -276,37 +288,56 @@ impl Rotation {
                 i = chunks.get(r).start();
             }
         }
-        let mut ahead = Ahead { chunk: r, at: i };
         if PREFETCH {
-            for _ in 0..PREFETCH_AHEAD.min(budget) {
-                ahead.step(chunks, prefetch);
-            }
+            prefetch_from(chunks, r, i, PREFETCH_AHEAD.min(budget), prefetch);
         }
         loop {
             let end = chunks.get(r).end();
-            while i < end && done.examined < budget {
-                if PREFETCH {
-                    ahead.step(chunks, prefetch);
-                }
-                let entry = chunks.get(r).get(i);
-                i += 1;
-                done.examined += 1;
-                if !keep(entry.deadline, &entry.value) {
-                    done.removed += 1;
-                    continue;
-                }
-                match &mut own {
-                    Some((_, next)) => {
-                        // Below `i`: an entry examined already.
-                        chunks.get_mut(r).initialized_mut()[*next] = entry;
-                        *next += 1;
+            let take = (end - i).min(budget - done.examined);
+            kept.clear();
+            {
+                let chunk = chunks.get(r);
+                // Consecutive chunks of a slot lie anywhere: load the next one while this one
+                // is examined (halves retain's time per entry at 1 M and 10 M).
+                chunks.prefetch(chunk.next());
+                let unread = chunk.from(i);
+                // Where `prefetch` goes once past this chunk: the next one's first entries.
+                let then = match chunk.next() {
+                    next if PREFETCH && next != NIL => chunks.get(next).live(),
+                    _ => &[],
+                };
+                for (k, entry) in unread[..take].iter().enumerate() {
+                    if PREFETCH {
+                        let ahead = k + PREFETCH_AHEAD;
+                        let ahead = match unread.get(ahead) {
+                            Some(entry) => Some(entry),
+                            None => then.get(ahead - unread.len()),
+                        };
+                        if let Some(ahead) = ahead {
+                            prefetch(&ahead.value);
+                        }
                     }
-                    None if w != NIL && !chunks.get(w).is_full() => chunks.get_mut(w).push(entry),
-                    None => {
-                        chunks.get_mut(r).initialized_mut()[0] = entry;
-                        own = Some((0, 1));
+                    if keep(entry.deadline, &entry.value) {
+                        kept.push(*entry);
                     }
                 }
+            }
+            i += take;
+            done.examined += take;
+            done.removed += take - kept.len();
+            // The kept ones go into the room left in `w`, then into `r` from its front: below
+            // `i`, among entries examined already.
+            let mut rest = &kept[..];
+            if own.is_none() && w != NIL {
+                let chunk = chunks.get_mut(w);
+                let fits = (CHUNK - chunk.end()).min(rest.len());
+                chunk.extend(&rest[..fits]);
+                rest = &rest[fits..];
+            }
+            if !rest.is_empty() {
+                let (first, next) = own.unwrap_or((0, 0));
+                chunks.get_mut(r).initialized_mut()[next..next + rest.len()].copy_from_slice(rest);
+                own = Some((first, next + rest.len()));
             }
             if i < end {
                 // The budget ran out inside `r`: close the gap between what was kept and what
@@ -409,29 +440,24 @@ impl Rotation {
     }
 }
 
-/// A position some entries ahead of `retain_slot`'s reading, handing each value it passes to
-/// the caller's prefetch. It only ever reads entries not examined yet, which nothing writes
-/// before they are read, and it moves past a chunk before the chunk can go back to the pool.
-struct Ahead {
-    chunk: u32,
-    at: usize,
-}
-
-impl Ahead {
-    fn step<T: Copy>(&mut self, chunks: &Chunks<T>, prefetch: &mut impl FnMut(&T)) {
-        if self.chunk == NIL {
-            return;
+/// Hands the values of up to `count` entries, from position `at` of chunk `chunk` on, to
+/// `prefetch`, following the list into the next chunks as needed.
+fn prefetch_from<T: Copy>(
+    chunks: &Chunks<T>,
+    mut chunk: u32,
+    mut at: usize,
+    mut count: usize,
+    prefetch: &mut impl FnMut(&T),
+) {
+    while count > 0 && chunk != NIL {
+        let c = chunks.get(chunk);
+        for entry in c.from(at).iter().take(count) {
+            prefetch(&entry.value);
+            count -= 1;
         }
-        let chunk = chunks.get(self.chunk);
-        if self.at < chunk.end() {
-            prefetch(&chunk.get(self.at).value);
-            self.at += 1;
-        }
-        if self.at >= chunk.end() {
-            self.chunk = chunk.next();
-            if self.chunk != NIL {
-                self.at = chunks.get(self.chunk).start();
-            }
+        chunk = c.next();
+        if chunk != NIL {
+            at = chunks.get(chunk).start();
         }
     }
 }
@@ -439,7 +465,6 @@ impl Ahead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunks::CHUNK;
 
     type E = Entry<u64>;
 
@@ -476,6 +501,7 @@ mod tests {
                 5,
                 resume,
                 budget,
+                &mut Vec::new(),
                 &mut |_| {},
                 &mut |_, &v| {
                     seen.push(v);
@@ -596,6 +622,7 @@ mod tests {
                 5,
                 None,
                 2 * CHUNK + 10,
+                &mut Vec::new(),
                 &mut |_| {},
                 &mut |_, &v| record(v),
             );
@@ -611,6 +638,7 @@ mod tests {
                 5,
                 first.resume,
                 usize::MAX,
+                &mut Vec::new(),
                 &mut |_| {},
                 &mut |_, &v| record(v),
             );
@@ -643,6 +671,7 @@ mod tests {
             5,
             None,
             usize::MAX,
+            &mut Vec::new(),
             &mut |&v| fetched.borrow_mut().push(v),
             &mut |_, &v| {
                 kept.push((v, fetched.borrow().len()));

@@ -357,6 +357,10 @@ impl<T: Copy> Wheel<T> {
     /// `keep` is called on: a caller whose `keep` reads memory that is likely cold (the record
     /// a reference points to) can start loading it there, so the misses of consecutive entries
     /// overlap instead of queueing.
+    ///
+    /// Measure before choosing it: when `keep` is a single load and compare, the processor
+    /// overlaps those misses by itself, and the crate's bench (one 64-byte record per entry,
+    /// 1 M and 10 M of them) finds plain `retain` faster.
     pub fn retain_prefetched(
         &mut self,
         budget: usize,
@@ -396,6 +400,7 @@ impl<T: Copy> Wheel<T> {
                 slot,
                 resume,
                 budget - examined,
+                &mut self.scratch,
                 prefetch,
                 keep,
             );
@@ -504,6 +509,7 @@ impl<T: Copy> Wheel<T> {
             scratch.clear();
             scratch.extend_from_slice(chunk.live());
             let next = chunk.next();
+            self.chunks.prefetch(next);
             self.chunks.release(id);
             for &entry in &scratch {
                 let (level, slot) = self.geometry.place(self.now, entry.deadline);
