@@ -198,8 +198,8 @@ impl<'a> TickLoop<'a> {
     /// Removes stale references (of cancelled or moved timers) from the wheel, so their memory
     /// comes back long before their deadlines: a sweep over the whole wheel starts once about
     /// a quarter of it may be stale (so stale references cost at most a third more than the
-    /// live ones, and each cancel about four record reads), and goes [`COMPACT_PER_PASS`] references a pass. Returns
-    /// whether a sweep is under way.
+    /// live ones, and each cancel about four record reads), and goes [`COMPACT_PER_PASS`]
+    /// references a pass. Returns whether a sweep is under way.
     fn compact(&mut self) -> bool {
         if self.sweep_left == 0 {
             if self.stale < COMPACT_MIN_STALE.max(self.wheel.len() / 4) {
