@@ -300,17 +300,24 @@ mod tests {
     #[test]
     fn repeating_tasks_run_in_place_and_tell_their_period() {
         let runs = Arc::new(AtomicUsize::new(0));
-        for padding in [0usize, 64] {
+        let small = {
             let counter = Arc::clone(&runs);
-            let big = vec![0u8; padding];
-            let ballast = [0u64; 6];
-            let mut task = Task::every(
-                move || {
-                    let _ = (&big, ballast);
-                    counter.fetch_add(1, Ordering::SeqCst);
-                },
-                7,
-            );
+            move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let large = {
+            let counter = Arc::clone(&runs);
+            let ballast = [1u64; 6];
+            move || {
+                counter.fetch_add(ballast[0] as usize, Ordering::SeqCst);
+            }
+        };
+        assert!(
+            fits::<Every<fn()>>(),
+            "a small repeating closure is stored inline"
+        );
+        for mut task in [Task::every(small, 7), Task::every(large, 7)] {
             assert_eq!(task.period(), Some(7));
             task.run_again();
             task.run_again();
