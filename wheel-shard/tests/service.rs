@@ -3,6 +3,7 @@
 //! behaviour, not speed (that is what `cargo xtask bench` is for).
 
 mod common;
+mod skip;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -592,7 +593,10 @@ fn threads_are_named_and_joined_when_the_last_handle_drops() {
             .collect()
     }
     if !std::path::Path::new("/proc/self/task").exists() {
-        eprintln!("skipped: no /proc/self/task on this platform");
+        skip::record(
+            "no /proc/self/task on this platform: thread names cannot be read",
+            "run it on Linux",
+        );
         return;
     }
     let timers = TimerService::new(Config {
