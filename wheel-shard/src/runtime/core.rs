@@ -178,8 +178,10 @@ impl Core {
         OWN_SERVICE.with(Cell::get) == self.tag
     }
 
-    /// The shard for the next timer a thread schedules: a hash of a per-thread sequence, so
-    /// producers spread over shards without sharing a counter.
+    /// The shard for the next timer a thread schedules: a hash of a per-thread sequence that
+    /// moves on every [`SHARD_RUN`] timers, so producers spread over shards without sharing a
+    /// counter, and a producer's consecutive timers go to one shard (one ring tail, one cache of
+    /// free slots and its prefetched records stay hot) before it moves on.
     pub(crate) fn pick_shard(&self) -> &Shard {
         thread_local! {
             static SEQUENCE: Cell<u64> = Cell::new(thread_seed());
@@ -189,13 +191,16 @@ impl Core {
             return &self.shards[0];
         }
         let x = SEQUENCE.with(|s| {
-            let x = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let x = s.get().wrapping_add(1);
             s.set(x);
             x
         });
-        &self.shards[(mix(x) % n as u64) as usize]
+        &self.shards[(mix(x / SHARD_RUN) % n as u64) as usize]
     }
 }
+
+/// Timers a thread sends to one shard before its sequence picks the next.
+const SHARD_RUN: u64 = 64;
 
 thread_local! {
     /// The tag of the service whose thread this is; 0 (never a tag) on other threads.
