@@ -1,7 +1,7 @@
-//! Containing user code outside its call: a task's `Drop` and a panic payload's `Drop` run on
-//! the service's threads (a cancelled task is dropped by its tick thread, a repeating task
-//! after its last run by a worker, unfired tasks when the last handle goes), and a panic there
-//! must not kill the thread that happens to drop it. Each panic is counted
+//! Containing user code outside its call: a task's `Drop` and a panic payload's `Drop` run where
+//! the service ends a timer (a cancelled task on the cancelling thread, a repeating task after
+//! its last run on a worker, unfired tasks when the last handle goes), and a panic there must
+//! not kill the thread that happens to drop it, nor leave the timer half ended. Each panic is counted
 //! (`Stats::drop_panics`) and logged, and the thread goes on.
 
 use std::any::Any;

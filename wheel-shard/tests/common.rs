@@ -34,3 +34,44 @@ pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
 
 /// Generous bound for "soon" on a loaded 2-core CI machine.
 pub const SOON: Duration = Duration::from_secs(10);
+
+/// A one-shard service whose pending ring holds two commands and whose tick thread moves one
+/// command a tick (`transfer_batch: 1`), a tick lasting `tick`. A full ring makes a schedule
+/// wait up to `saturation_timeout`. See [`fill_the_ring`].
+pub fn service_with_a_small_ring(tick: Duration, saturation_timeout: Duration) -> TimerService {
+    TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        tick,
+        ring_capacity: 2,
+        transfer_batch: 1,
+        saturation_timeout,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid test config")
+}
+
+/// Fills the ring of a [`service_with_a_small_ring`] with timers due in a minute, once the
+/// tick thread has spent this tick's one command: the ring then stays full until the next
+/// tick, and drains a command a tick from then on.
+pub fn fill_the_ring(timers: &TimerService) {
+    timers
+        .try_schedule(Duration::from_secs(60), || {})
+        .expect("room");
+    // It leaves the ring now, spending the tick's command, unless that was spent already.
+    eventually(Duration::from_secs(1), || timers.stats().ring_depths == [0]);
+    while timers.stats().ring_depths != [2] {
+        timers
+            .try_schedule(Duration::from_secs(60), || {})
+            .expect("room in the ring");
+    }
+}
+
+/// A [`service_with_a_small_ring`] whose ring is full until its first tick ends, `full_for`
+/// after it started; it holds three timers (one in the wheel, two in the ring).
+pub fn service_with_a_full_ring(full_for: Duration, saturation_timeout: Duration) -> TimerService {
+    let timers = service_with_a_small_ring(full_for, saturation_timeout);
+    fill_the_ring(&timers);
+    timers
+}

@@ -314,7 +314,7 @@ fn a_repeating_timer_that_shuts_down_the_service_is_not_rearmed_and_is_freed() {
 }
 
 #[test]
-fn a_task_whose_drop_shuts_down_the_service_on_its_tick_thread() {
+fn a_cancelled_task_whose_drop_shuts_down_the_service() {
     within(SOON * 2, || {
         let timers = single(Config::default());
         struct ShutsDownOnDrop(TimerService);
@@ -327,7 +327,7 @@ fn a_task_whose_drop_shuts_down_the_service_on_its_tick_thread() {
         let id = timers
             .schedule(Duration::from_secs(60), move || drop(on_drop))
             .unwrap();
-        // The tick thread drops the cancelled task, whose drop shuts the service down there.
+        // `cancel` drops the task on the calling thread, whose drop shuts the service down there.
         assert!(timers.cancel(id));
         assert!(eventually(SOON, || timers.schedule(Duration::ZERO, || {})
             == Err(ScheduleError::Shutdown)));
@@ -336,7 +336,7 @@ fn a_task_whose_drop_shuts_down_the_service_on_its_tick_thread() {
 }
 
 #[test]
-fn a_cancelled_task_whose_drop_panics_does_not_kill_its_tick_thread() {
+fn a_cancelled_task_whose_drop_panics_is_contained() {
     let timers = single(Config::default());
     let bomb = PanicsOnDrop;
     let id = timers

@@ -37,6 +37,7 @@ const PINGERS: usize = 10;
 /// What "closed on time" allows past the idle timeout, as seen by the client.
 const CLOSE_SLACK: Duration = Duration::from_millis(200);
 
+mod common;
 mod redis_harness;
 mod skip;
 
@@ -660,56 +661,14 @@ async fn closed_soon(stream: &mut TcpStream) -> bool {
     }
 }
 
-/// A one-shard service with a ring of 2 commands, which waits up to 30 s for room in it.
-fn service_with_a_small_ring() -> TimerService {
-    TimerService::new(Config {
-        shards: 1,
-        executor_threads: 1,
-        ring_capacity: 2,
-        transfer_batch: 1,
-        saturation_timeout: Duration::from_secs(30),
-        pin_threads: false,
-        ..Config::default()
-    })
-    .expect("valid config")
-}
-
-/// Fills the ring of a [`service_with_a_small_ring`] and keeps it full for `stall`, far less
-/// than its `saturation_timeout`: a schedule that waits for room waits the stall out, then
-/// succeeds. The tick thread stalls in a slow `Drop`, as it drops cancelled tasks itself.
-fn fill_the_ring(timers: &TimerService, stall: Duration) {
-    struct SlowDrop(Duration);
-    impl Drop for SlowDrop {
-        fn drop(&mut self) {
-            std::thread::sleep(self.0);
-        }
-    }
-    let slow = SlowDrop(stall);
-    let id = timers
-        .schedule(Duration::from_secs(60), move || drop(slow))
-        .expect("room");
-    assert!(
-        eventually(Duration::from_secs(5), || timers.stats().ring_depths == [0]
-            && timers.pending() >= 1),
-        "the timer never left the ring"
-    );
-    assert!(timers.cancel(id)); // the tick thread now sleeps `stall` inside the drop
-    std::thread::sleep(Duration::from_millis(50));
-    for _ in 0..2 {
-        timers
-            .try_schedule(Duration::from_secs(60), || {})
-            .expect("room in the ring");
-    }
-}
-
 #[test]
 fn a_full_ring_refuses_a_connection_at_once_instead_of_blocking_the_accept_loop() {
     let _serial = serial();
     let streamer = Streamer::start(0);
-    let timers = service_with_a_small_ring();
+    let timers = common::service_with_a_small_ring(Duration::from_secs(4), Duration::from_secs(30));
     let idle = Limits::new(Duration::from_secs(30));
     let proxy = RunningProxy::start_with(streamer.addr, idle, timers.clone());
-    fill_the_ring(&timers, Duration::from_secs(4));
+    common::fill_the_ring(&timers);
     let started = Instant::now();
     let closed = client_runtime().block_on(async {
         let mut client = TcpStream::connect(proxy.addr).await.expect("connect");

@@ -1,11 +1,14 @@
 //! `TimerService::sleep` / `timeout` on a multi-thread tokio runtime: never early, many at
 //! once, cancelled when dropped, and a clear outcome when the service cannot keep the timer.
 
+mod common;
+
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use common::service_with_a_full_ring;
 use rand::Rng;
 use wheel_shard::{Config, Elapsed, ScheduleError, Sleep, TimerError, TimerService};
 
@@ -246,52 +249,11 @@ async fn a_sleep_keeps_working_after_the_other_handles_are_dropped() {
     assert_eq!(sleep.await, Ok(()));
 }
 
-/// A one-shard service whose ring (2 commands) is full and whose tick thread is stalled for
-/// `stall`, so it stays full for that long. `saturation_timeout` is far longer than the stall:
-/// a blocking schedule would wait the stall out and then succeed.
-///
-/// A cancelled task is dropped by its shard's tick thread; a slow `Drop` stalls that thread.
-fn service_with_a_full_ring(stall: Duration) -> TimerService {
-    struct SlowDrop(Duration);
-    impl Drop for SlowDrop {
-        fn drop(&mut self) {
-            std::thread::sleep(self.0);
-        }
-    }
-    let timers = TimerService::new(Config {
-        shards: 1,
-        executor_threads: 1,
-        ring_capacity: 2,
-        transfer_batch: 1,
-        saturation_timeout: Duration::from_secs(30),
-        pin_threads: false,
-        ..Config::default()
-    })
-    .expect("valid config");
-    let slow = SlowDrop(stall);
-    let id = timers
-        .schedule(Duration::from_secs(60), move || drop(slow))
-        .expect("room");
-    let give_up = Instant::now() + Duration::from_secs(5);
-    while timers.stats().ring_depths != [0] || timers.pending() != 1 {
-        assert!(Instant::now() < give_up, "the timer never left the ring");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(timers.cancel(id)); // the tick thread now sleeps `stall` inside the drop
-    std::thread::sleep(Duration::from_millis(50));
-    for _ in 0..2 {
-        timers
-            .try_schedule(Duration::from_secs(60), || {})
-            .expect("room in the ring");
-    }
-    timers
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_ring_refuses_sleeps_and_timeouts_at_once() {
-    // A sleep that blocked its runtime thread would wait for the stalled tick thread (3 s).
+    // A sleep that blocked its runtime thread would wait for the ring's next tick (3 s).
     let at_once = Duration::from_secs(1);
-    let timers = service_with_a_full_ring(Duration::from_secs(3));
+    let timers = service_with_a_full_ring(Duration::from_secs(3), Duration::from_secs(30));
     let saturated = TimerError::Refused(ScheduleError::Saturated);
 
     let start = Instant::now();
@@ -328,7 +290,7 @@ async fn a_full_ring_refuses_sleeps_and_timeouts_at_once() {
     );
     assert_eq!(timers.stats().rejected, 3, "each refusal is counted");
 
-    // Once the tick thread is back, the ring drains and sleeps work again.
+    // From the next tick on, the ring drains and sleeps work again.
     let give_up = Instant::now() + Duration::from_secs(10);
     let sleep = loop {
         match timers.try_sleep(Duration::from_millis(1)) {
