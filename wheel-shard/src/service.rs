@@ -12,7 +12,7 @@ use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
-use crate::runtime::tick::{drop_unfired, hand_back, TickLoop};
+use crate::runtime::tick::{hand_back, TickLoop};
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, TimerRef};
 use crate::stats::{Lateness, Stats};
@@ -308,7 +308,7 @@ impl TimerService {
                     slot: id.slot(),
                     ticket,
                 };
-                shard.notify(Notice::Earlier(Placement { deadline, timer }), deadline);
+                shard.notify(Notice::Earlier(Placement { deadline, timer }));
                 true
             }
         }
@@ -440,8 +440,7 @@ impl Handle {
         // postponed one found by a worker, one moved earlier) come back here.
         for shard in core.shards.iter() {
             while let Some(notice) = shard.notices.steal().success() {
-                let (Notice::Place(placement) | Notice::Earlier(placement)) = notice;
-                unfired.extend(hand_back(core, shard, placement.timer));
+                unfired.extend(hand_back(core, shard, notice.placement().timer));
             }
         }
         core.collected.store(true, Ordering::SeqCst);
@@ -494,14 +493,9 @@ fn spawn_threads(
                     }
                 }
                 thread_core.enter_thread();
-                let unfired = TickLoop::new(&thread_core, index, wheel).run();
-                if thread_core.collected.load(Ordering::SeqCst) {
-                    // The shutdown ran on this thread (from a task's drop) and returned before
-                    // this loop ended: nobody takes these any more.
-                    drop_unfired(&thread_core, unfired);
-                    return Vec::new();
-                }
-                unfired
+                // No user code runs on a tick thread, so no shutdown runs here: the shutdown
+                // that stopped this loop joins it and takes what it hands back.
+                TickLoop::new(&thread_core, index, wheel).run()
             })?;
         core.shards[index].set_thread(handle.thread().clone());
         threads.ticks.push(handle);

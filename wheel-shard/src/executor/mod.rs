@@ -41,8 +41,6 @@ pub(crate) struct WorkerStats {
     pub(crate) slow: AtomicU64,
     /// Timers this worker ended (retired their records) other than by a `cancel`.
     pub(crate) ended: AtomicU64,
-    /// References found postponed and sent back to the wheel.
-    pub(crate) deferred: AtomicU64,
     /// References taken (fired, deferred or stale), re-arm included: what a manual clock's
     /// `advance` waits for. Counted under a manual clock only.
     pub(crate) done: AtomicU64,
@@ -92,7 +90,6 @@ impl Executor {
                         panicked: AtomicU64::new(0),
                         slow: AtomicU64::new(0),
                         ended: AtomicU64::new(0),
-                        deferred: AtomicU64::new(0),
                         done: AtomicU64::new(0),
                         samples: Mutex::new(Samples {
                             lateness: new_histogram(),
@@ -108,10 +105,10 @@ impl Executor {
         (executor, locals)
     }
 
-    /// Queues an expired task from shard `shard`'s tick thread. Call [`Executor::notify`] after
-    /// a batch.
-    pub(crate) fn submit(&self, shard: usize, run: Run) {
-        self.injectors[shard].push(run);
+    /// Queues a due reference from its shard's tick thread (each shard has its own injector).
+    /// Call [`Executor::notify`] after a batch.
+    pub(crate) fn submit(&self, run: Run) {
+        self.injectors[run.shard as usize].push(run);
     }
 
     /// Wakes up to `handed` sleeping workers for tasks just submitted.

@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 
 use wheel_core::Wheel;
 
-use crate::contain::drop_contained;
 use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::shard::{Notice, Placement, Shard, TimerRef, CLEANUP_TICKS, IDLE};
@@ -107,7 +106,6 @@ impl<'a> TickLoop<'a> {
             let cancelled = self.note_cancels();
             self.expire(now);
             let sweeping = self.compact();
-            self.publish();
             let ring_waits = !shard.ring.is_empty();
             let next = self.wheel.next_expiration();
             if (ring_waits && may_transfer) || next.is_some_and(|t| t <= now) {
@@ -240,7 +238,7 @@ impl<'a> TickLoop<'a> {
                     now,
                     handed_at,
                 };
-                self.core.executor.submit(shard, run);
+                self.core.executor.submit(run);
                 handed += 1;
             }
             if handed == before {
@@ -251,12 +249,6 @@ impl<'a> TickLoop<'a> {
             self.shard.handed.fetch_add(handed as u64, Ordering::SeqCst);
         }
         self.core.executor.notify(handed);
-    }
-
-    fn publish(&self) {
-        self.shard
-            .in_wheel
-            .store(self.wheel.len(), Ordering::Relaxed);
     }
 
     /// At shutdown: every live timer still in the ring, the notices and the wheel comes back
@@ -270,7 +262,6 @@ impl<'a> TickLoop<'a> {
         for timer in timers {
             unfired.extend(hand_back(self.core, shard, timer));
         }
-        self.publish();
         unfired
     }
 }
@@ -315,14 +306,6 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<U
         deadline: core.clock.instant(deadline),
         task,
     })
-}
-
-/// Drops unfired timers nobody takes (the shutdown ran on a tick thread and has returned),
-/// containing panics in their tasks' `Drop`.
-pub(crate) fn drop_unfired(core: &Core, unfired: Vec<Unfired>) {
-    for timer in unfired {
-        drop_contained(timer, "an unfired task", &core.drop_panics);
-    }
 }
 
 #[cfg(all(test, not(loom)))]

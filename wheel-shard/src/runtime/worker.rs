@@ -113,14 +113,11 @@ fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
     match record.claim(run.timer.ticket, run.now) {
         Claim::Stale => {}
         Claim::Later { deadline, ticket } => {
-            core.executor.workers[own.index]
-                .deferred
-                .fetch_add(1, Ordering::Relaxed);
             let timer = TimerRef {
                 slot: run.timer.slot,
                 ticket,
             };
-            shard.notify(Notice::Place(Placement { deadline, timer }), deadline);
+            shard.notify(Notice::Place(Placement { deadline, timer }));
         }
         Claim::Fire {
             deadline,
@@ -196,13 +193,10 @@ fn execute_repeating(
                     slot: run.timer.slot,
                     ticket,
                 };
-                shard.notify(
-                    Notice::Place(Placement {
-                        deadline: next,
-                        timer,
-                    }),
-                    next,
-                );
+                shard.notify(Notice::Place(Placement {
+                    deadline: next,
+                    timer,
+                }));
             }
             Err(task) => end_repeating(core, shard, run.timer.slot, task),
         }

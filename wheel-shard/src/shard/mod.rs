@@ -57,6 +57,15 @@ pub(crate) enum Notice {
     Earlier(Placement),
 }
 
+impl Notice {
+    /// The reference to place.
+    pub(crate) fn placement(&self) -> Placement {
+        match *self {
+            Notice::Place(placement) | Notice::Earlier(placement) => placement,
+        }
+    }
+}
+
 pub(crate) struct Shard {
     pub(crate) index: usize,
     pub(crate) ring: PendingRing<Placement>,
@@ -71,8 +80,6 @@ pub(crate) struct Shard {
     pub(crate) wakeups: AtomicU64,
     /// Timers ended by `cancel`.
     pub(crate) cancelled: CachePadded<AtomicU64>,
-    /// References in the wheel, stale ones included, as the tick thread last published.
-    pub(crate) in_wheel: AtomicUsize,
     /// Runs the tick thread handed to the executor.
     pub(crate) handed: AtomicU64,
     /// Manual clock only: the `Settle` round in which the tick thread last caught up, and the
@@ -96,7 +103,6 @@ impl Shard {
             stop: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
             cancelled: CachePadded::new(AtomicU64::new(0)),
-            in_wheel: AtomicUsize::new(0),
             handed: AtomicU64::new(0),
             settled_round: AtomicU64::new(0),
             next_due: AtomicU64::new(IDLE),
@@ -170,8 +176,10 @@ impl Shard {
         }
     }
 
-    /// Tells the tick thread about `notice`; `due` is the tick by which it should act.
-    pub(crate) fn notify(&self, notice: Notice, due: u64) {
+    /// Tells the tick thread about `notice`, waking it if it sleeps past the reference's
+    /// deadline.
+    pub(crate) fn notify(&self, notice: Notice) {
+        let due = notice.placement().deadline;
         self.notices.push(notice);
         self.waker.notify(due);
     }

@@ -176,11 +176,10 @@ impl Record {
         // Acquire above).
         self.task.with_mut(|slot| unsafe { (*slot).write(task) });
         self.deadline.store(deadline, Ordering::Relaxed);
-        let ticket = self.ticket.load(Ordering::Relaxed).wrapping_add(1);
-        self.ticket.store(ticket, Ordering::Relaxed);
+        let ticket = self.next_ticket();
         self.word
             .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
-        (generation(word), short(ticket))
+        (generation(word), ticket)
     }
 
     /// Producer: undoes an `arm` whose reference never reached the ring (so no id got out):
@@ -301,17 +300,9 @@ impl Record {
     /// A worker's decision on a reference with ticket `ticket` that the wheel handed out when
     /// its clock read `now` (a tick that has begun).
     pub(crate) fn claim(&self, ticket: u32, now: u64) -> Claim {
-        let live = |word: u64| {
-            word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
-        };
-        let Some(word) = self.lock_if(live) else {
+        let Some(word) = self.lock_live(ticket) else {
             return Claim::Stale;
         };
-        // Holding the lock, the ticket and the deadline are the record's own.
-        if short(self.ticket.load(Ordering::Relaxed)) != ticket {
-            self.word.store(word, Ordering::Release);
-            return Claim::Stale;
-        }
         let deadline = self.deadline.load(Ordering::Relaxed);
         if deadline > now {
             let ticket = self.next_ticket();
@@ -389,21 +380,30 @@ impl Record {
     /// Whether a reference of ticket `ticket` is the record's live one (a snapshot: a
     /// reference found stale stays stale, since tickets only move on).
     pub(crate) fn is_live(&self, ticket: u32) -> bool {
-        let word = self.word.load(Ordering::Acquire);
+        self.names(self.word.load(Ordering::Acquire), ticket)
+    }
+
+    /// Whether `word`, this record's, is a pending timer whose live reference has `ticket`.
+    fn names(&self, word: u64, ticket: u32) -> bool {
         word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
+    }
+
+    /// Takes the LOCKED bit for the live reference of ticket `ticket`; `None` when that
+    /// reference is stale. Returns the word as it was (unlocked).
+    fn lock_live(&self, ticket: u32) -> Option<u64> {
+        let word = self.lock_if(|word| self.names(word, ticket))?;
+        // Holding the lock, the ticket is the record's own: check it again.
+        if !self.names(word, ticket) {
+            self.word.store(word, Ordering::Release);
+            return None;
+        }
+        Some(word)
     }
 
     /// At shutdown, with a reference of ticket `ticket`: the live timer it names, taken out
     /// and retired — its generation, deadline and task — or `None` for a stale reference.
     pub(crate) fn hand_back(&self, ticket: u32) -> Option<(u64, u64, Task)> {
-        let live = |word: u64| {
-            word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
-        };
-        let word = self.lock_if(live)?;
-        if short(self.ticket.load(Ordering::Relaxed)) != ticket {
-            self.word.store(word, Ordering::Release);
-            return None;
-        }
+        let word = self.lock_live(ticket)?;
         let deadline = self.deadline.load(Ordering::Relaxed);
         let task = self.take_task();
         self.word.store(retired(word), Ordering::Release);
@@ -420,9 +420,7 @@ impl Record {
             unsafe { _mm_prefetch::<_MM_HINT_T0>((self as *const Record).cast()) };
         }
     }
-}
 
-impl Record {
     /// Starts loading the record into this core's cache to be written (a hint, as
     /// [`Record::prefetch`]).
     pub(crate) fn prefetch_for_write(&self) {

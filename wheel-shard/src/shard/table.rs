@@ -179,10 +179,7 @@ impl TimerTable {
                 }
                 return Ok(slot);
             }
-            match self.store.take() {
-                Some(batch) => cache.slots = batch,
-                None => self.claim_fresh(&mut cache.slots)?,
-            }
+            self.refill(&mut cache.slots)?;
             Ok(cache.slots.pop().expect("a refill brings slots"))
         });
         // Without thread-local storage (a thread being torn down): straight from the store.
@@ -190,14 +187,8 @@ impl TimerTable {
     }
 
     fn claim_uncached(&self) -> Result<u32, TableFull> {
-        let mut batch = match self.store.take() {
-            Some(batch) => batch,
-            None => {
-                let mut batch = Vec::new();
-                self.claim_fresh(&mut batch)?;
-                batch
-            }
-        };
+        let mut batch = Vec::new();
+        self.refill(&mut batch)?;
         let slot = batch.pop().expect("a refill brings slots");
         self.store.put(batch);
         Ok(slot)
@@ -218,6 +209,15 @@ impl TimerTable {
         if cached.is_err() {
             self.store.put(vec![slot]);
         }
+    }
+
+    /// Refills the empty `slots` with a batch from the store, or else a block of fresh slots.
+    fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
+        match self.store.take() {
+            Some(batch) => *slots = batch,
+            None => self.claim_fresh(slots)?,
+        }
+        Ok(())
     }
 
     /// This thread's cache of this table, made on first use.
