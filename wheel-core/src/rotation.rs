@@ -160,19 +160,28 @@ impl Rotation {
             .pop_front()
             .expect("every chunk of a slot holds an entry");
         if chunk.live().is_empty() {
-            let next = chunk.next();
-            chunks.release(head);
-            self.slots[slot].head = next;
-            if next == NIL {
-                self.slots[slot].tail = NIL;
-                self.mark_empty(slot);
-            } else {
+            let next = self.release_head(chunks, slot);
+            if next != NIL {
                 // The chunk after the new head: it has a chunk's worth of entries' time to
                 // arrive.
                 chunks.prefetch(chunks.get(next).next());
             }
         }
         Some(entry)
+    }
+
+    /// Gives `slot`'s emptied head chunk back to the pool and returns the new head ([`NIL`]:
+    /// the slot is empty now, and marked so).
+    fn release_head<T: Copy>(&mut self, chunks: &mut Chunks<T>, slot: usize) -> u32 {
+        let head = self.slots[slot].head;
+        let next = chunks.get(head).next();
+        chunks.release(head);
+        self.slots[slot].head = next;
+        if next == NIL {
+            self.slots[slot].tail = NIL;
+            self.mark_empty(slot);
+        }
+        next
     }
 
     /// Moves up to `max` entries from the front of `slot` to the end of `out`, in order, giving
@@ -199,13 +208,7 @@ impl Rotation {
         if start < end {
             chunk.set_live(start, end);
         } else {
-            let next = chunk.next();
-            chunks.release(head);
-            self.slots[slot].head = next;
-            if next == NIL {
-                self.slots[slot].tail = NIL;
-                self.mark_empty(slot);
-            }
+            self.release_head(chunks, slot);
         }
         taken
     }
