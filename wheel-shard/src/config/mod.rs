@@ -46,9 +46,10 @@ pub struct Config {
     /// (Netty's rule; the rest waits for the next tick). Moves happen in small chunks between
     /// looks for due timers either way. Default 100 000.
     pub transfer_batch: usize,
-    /// Commands each shard's pending ring holds, rounded up to a power of two (48 bytes each,
-    /// allocated and written by [`TimerService::new`](crate::TimerService::new) for every
-    /// shard). Default 4 096.
+    /// Commands each shard's pending ring holds, rounded up to a power of two (24 bytes each,
+    /// allocated by [`TimerService::new`](crate::TimerService::new) for every shard; the
+    /// allocation comes zeroed, so its pages take memory only once a burst reaches them).
+    /// Default 4 096.
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
@@ -199,7 +200,7 @@ impl Config {
     /// Bytes [`TimerService::new`](crate::TimerService::new) allocates up front for this
     /// config, all of it written at once so it is resident from the start:
     ///
-    /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 48 bytes;
+    /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
     /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer cell of
     ///   24 bytes per slot in whole segments of 64 Ki, and a wheel place of 52 bytes per timer
     ///   in whole chunks of 16 Ki — about 76 bytes a timer;

@@ -3,15 +3,19 @@
 //!
 //! It is Dmitry Vyukov's bounded queue: every cell carries a sequence number that says whose turn
 //! it is. A producer claims position `p` by moving `tail` from `p` to `p + 1` with a CAS, but only
-//! when cell `p mod capacity` says "free for `p`" (sequence `p`); it writes the value and
-//! publishes it by setting the sequence to `p + 1`. The consumer takes the cell when it reads
-//! `p + 1` there and frees it for the next lap by writing `p + capacity`. A full ring shows up as
-//! a cell still holding the previous lap, so `try_push` fails at once instead of blocking.
+//! when cell `p mod capacity` says "free for `p`"; it writes the value and publishes it by
+//! marking the cell "full for `p`". The consumer takes the cell when it reads that and frees it
+//! for the next lap, `p + capacity`. A full ring shows up as a cell still holding the previous
+//! lap, so `try_push` fails at once instead of blocking.
+//!
+//! A cell's sequence counts from the cell's own index: "free for `p`" is `lap(p)`, the position
+//! the lap of `p` starts at, and "full for `p`" is `lap(p) + 1`. Every cell of a new ring is
+//! free for lap 0, so a new ring is all zero bytes: it comes zeroed from the allocator, and its
+//! pages cost memory only once a burst reaches them. A generous ring is cheap until it is used.
 //!
 //! Closing sets the top bit of `tail`, so no claim succeeds afterwards, while every claim made
 //! before is still published and drained: nothing pushed successfully is ever lost.
 
-use std::collections::TryReserveError;
 use std::mem::MaybeUninit;
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -19,6 +23,10 @@ use crossbeam_utils::{Backoff, CachePadded};
 use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
 
 const CLOSED: u64 = 1 << 63;
+
+/// The allocator refused a ring's cells (or their size overflows).
+#[derive(Debug)]
+pub(crate) struct RingRefused;
 
 /// Why a push did not happen; the value comes back to the caller.
 #[derive(Debug, PartialEq, Eq)]
@@ -57,20 +65,19 @@ impl<T> PendingRing<T> {
 
     /// [`PendingRing::new`] that reports an allocation the allocator refuses instead of
     /// aborting (a ring is one allocation, up to gigabytes with a large `ring_capacity`).
-    pub(crate) fn try_new(capacity: usize) -> Result<Self, TryReserveError> {
+    pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
         let capacity = Self::cells_for(capacity);
-        let mut cells = Vec::new();
-        cells.try_reserve_exact(capacity)?;
-        cells.extend((0..capacity as u64).map(|i| Cell {
-            sequence: AtomicU64::new(i),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
-        }));
         Ok(PendingRing {
-            cells: cells.into_boxed_slice(),
+            cells: free_cells(capacity)?,
             mask: capacity as u64 - 1,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Where the lap of `position` starts: the sequence that says "free for `position`".
+    fn lap(&self, position: u64) -> u64 {
+        position & !self.mask
     }
 
     /// Cells in a ring asked for `capacity`.
@@ -97,7 +104,8 @@ impl<T> PendingRing<T> {
             }
             let cell = &self.cells[(tail & self.mask) as usize];
             let sequence = cell.sequence.load(Ordering::Acquire);
-            if sequence == tail {
+            let lap = self.lap(tail);
+            if sequence == lap {
                 // SeqCst: a producer that then reads the shard's planned wake-up must not miss a
                 // tick thread that is about to sleep (see `Shard::nudge`).
                 match self.tail.compare_exchange_weak(
@@ -111,12 +119,12 @@ impl<T> PendingRing<T> {
                         // the consumer has finished with the cell, so no one else touches it
                         // until the Release store below hands it to the consumer.
                         cell.value.with_mut(|slot| unsafe { (*slot).write(value) });
-                        cell.sequence.store(tail + 1, Ordering::Release);
+                        cell.sequence.store(lap + 1, Ordering::Release);
                         return Ok(());
                     }
                     Err(current) => tail = current,
                 }
-            } else if sequence < tail {
+            } else if sequence < lap {
                 // The cell still holds the value from one lap ago: the ring is full.
                 return Err(PushError::Full(value));
             } else {
@@ -129,7 +137,8 @@ impl<T> PendingRing<T> {
     pub(crate) fn pop(&self) -> Option<T> {
         let head = self.head.load(Ordering::Relaxed);
         let cell = &self.cells[(head & self.mask) as usize];
-        if cell.sequence.load(Ordering::Acquire) != head + 1 {
+        let lap = self.lap(head);
+        if cell.sequence.load(Ordering::Acquire) != lap + 1 {
             return None;
         }
         // SAFETY: sequence `head + 1` means the producer of position `head` wrote the value and
@@ -138,8 +147,7 @@ impl<T> PendingRing<T> {
         let value = cell
             .value
             .with_mut(|slot| unsafe { (*slot).assume_init_read() });
-        cell.sequence
-            .store(head + self.cells.len() as u64, Ordering::Release);
+        cell.sequence.store(lap + self.mask + 1, Ordering::Release);
         self.head.store(head + 1, Ordering::Release);
         Some(value)
     }
@@ -181,6 +189,34 @@ impl<T> PendingRing<T> {
     }
 }
 
+/// `capacity` cells, every one free for lap 0 (sequence 0).
+#[cfg(not(loom))]
+fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+    let layout = std::alloc::Layout::array::<Cell<T>>(capacity).map_err(|_| RingRefused)?;
+    // SAFETY: the layout's size is not zero: a ring has at least two cells of at least eight
+    // bytes (`cells_for`, the sequence).
+    let cells = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Cell<T>>();
+    if cells.is_null() {
+        return Err(RingRefused);
+    }
+    // SAFETY: `cells` is a fresh allocation of `layout`, an array of `capacity` cells, so the
+    // box owns it and frees it with the same layout. All-zero bytes are a valid cell: a
+    // sequence of 0 (`AtomicU64` has the layout of `u64`) and an uninitialised value (an
+    // `UnsafeCell<MaybeUninit<T>>` may hold any bytes).
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, capacity)) })
+}
+
+/// Loom's atomics are not plain integers: its cells are built one by one.
+#[cfg(loom)]
+fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+    Ok((0..capacity)
+        .map(|_| Cell {
+            sequence: AtomicU64::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        })
+        .collect())
+}
+
 impl<T> Drop for PendingRing<T> {
     fn drop(&mut self) {
         while self.pop().is_some() {}
@@ -216,6 +252,22 @@ mod tests {
         assert!(PendingRing::<u64>::try_new(1 << 60).is_err());
         assert_eq!(PendingRing::<u64>::bytes_for(3), 4 * 16);
         assert_eq!(PendingRing::<u64>::try_new(3).unwrap().capacity(), 4);
+        // A command (deadline, slot, ticket) and its sequence: the 24 bytes the docs quote.
+        assert_eq!(PendingRing::<[u64; 2]>::bytes_for(4), 4 * 24);
+    }
+
+    #[test]
+    fn a_new_ring_is_free_for_every_cell_of_its_first_lap() {
+        let ring = PendingRing::new(1 << 10);
+        for lap in 0..2u64 {
+            for i in 0..1 << 10 {
+                ring.try_push(lap << 20 | i).unwrap();
+            }
+            assert!(matches!(ring.try_push(0), Err(PushError::Full(0))));
+            for i in 0..1 << 10 {
+                assert_eq!(ring.pop(), Some(lap << 20 | i));
+            }
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) const BATCH: usize = 256;
 /// record was last written by another thread (the worker that fired its timer), so writing it
 /// misses the cache; started a few schedules early, the miss overlaps the work in between
 /// instead of stalling the producer (the ring's CAS would otherwise wait for it).
-const PREFETCH_AHEAD: usize = 4;
+const PREFETCH_AHEAD: usize = 16;
 
 pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Box<[Record]>>]>,
