@@ -184,18 +184,28 @@ impl Core {
     /// free slots and its prefetched records stay hot) before it moves on.
     pub(crate) fn pick_shard(&self) -> &Shard {
         thread_local! {
-            static SEQUENCE: Cell<u64> = Cell::new(thread_seed());
+            /// (this thread's sequence, the hash of its current run of [`SHARD_RUN`]).
+            static SEQUENCE: Cell<(u64, u64)> = Cell::new({
+                let seed = thread_seed();
+                (seed, mix(seed / SHARD_RUN))
+            });
         }
         let n = self.shards.len();
         if n == 1 {
             return &self.shards[0];
         }
-        let x = SEQUENCE.with(|s| {
-            let x = s.get().wrapping_add(1);
-            s.set(x);
-            x
+        let hash = SEQUENCE.with(|s| {
+            let (x, hash) = s.get();
+            let x = x.wrapping_add(1);
+            let hash = if x % SHARD_RUN == 0 {
+                mix(x / SHARD_RUN)
+            } else {
+                hash
+            };
+            s.set((x, hash));
+            hash
         });
-        &self.shards[(mix(x / SHARD_RUN) % n as u64) as usize]
+        &self.shards[scale(hash, n)]
     }
 }
 
@@ -221,6 +231,12 @@ fn next_service_tag() -> u32 {
 fn thread_seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id())
+}
+
+/// `hash` scaled to `0..n` (the high word of `hash · n`): uniform for a uniform hash, and a
+/// multiplication where `hash % n` would be a division on every schedule.
+fn scale(hash: u64, n: usize) -> usize {
+    ((u128::from(hash) * n as u128) >> 64) as usize
 }
 
 /// SplitMix64's finaliser: consecutive sequence numbers land on unrelated shards.

@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 use std::collections::TryReserveError;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crossbeam_utils::CachePadded;
@@ -40,6 +40,8 @@ pub(crate) const BATCH: usize = 256;
 const PREFETCH_AHEAD: usize = 16;
 
 pub(crate) struct TimerTable {
+    /// Names this table's caches in every thread (see [`Caches`]).
+    id: u64,
     segments: Box<[OnceLock<Box<[Record]>>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
@@ -78,9 +80,19 @@ impl FreeStore {
 
 /// One thread's free slots of one table.
 struct Cache {
-    /// The table's store, by address: which table this cache belongs to.
+    /// Which table this cache belongs to (`TimerTable::id`).
+    table: u64,
+    /// Where the slots go when the thread ends (if the table is still there).
     store: Weak<FreeStore>,
     slots: Vec<u32>,
+}
+
+/// A thread's caches, one per table it used (a handful: one per shard of each service), and
+/// the one it used last: a producer sends a run of timers to one shard, so the next call
+/// usually wants the same cache again.
+struct Caches {
+    list: Vec<Cache>,
+    last: usize,
 }
 
 impl Drop for Cache {
@@ -92,9 +104,20 @@ impl Drop for Cache {
 }
 
 thread_local! {
-    /// This thread's caches, one per table it used (a handful: one per shard of each
-    /// service). Caches of tables that are gone are pruned when a new one is added.
-    static CACHES: RefCell<Vec<Cache>> = const { RefCell::new(Vec::new()) };
+    /// This thread's caches. Caches of tables that are gone are pruned when a new one is
+    /// added.
+    static CACHES: RefCell<Caches> = const {
+        RefCell::new(Caches {
+            list: Vec::new(),
+            last: 0,
+        })
+    };
+}
+
+/// A number no other table of this process has.
+fn next_table_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A segment of fresh records, written whole.
@@ -131,6 +154,7 @@ impl TimerTable {
     /// 2^28 records.
     fn with_limit(limit: u32) -> Self {
         TimerTable {
+            id: next_table_id(),
             segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             fresh: CachePadded::new(AtomicU32::new(0)),
             limit: limit.min(SLOTS),
@@ -221,22 +245,37 @@ impl TimerTable {
     }
 
     /// This thread's cache of this table, made on first use.
-    fn cache<'c>(&self, caches: &'c mut Vec<Cache>) -> &'c mut Cache {
-        let position = caches
-            .iter()
-            .position(|cache| std::ptr::eq(cache.store.as_ptr(), Arc::as_ptr(&self.store)));
+    #[inline]
+    fn cache<'c>(&self, caches: &'c mut Caches) -> &'c mut Cache {
+        let last = caches.last;
+        if caches
+            .list
+            .get(last)
+            .is_some_and(|cache| cache.table == self.id)
+        {
+            return &mut caches.list[last];
+        }
+        self.find_cache(caches)
+    }
+
+    /// [`TimerTable::cache`] when it is not the one used last.
+    #[cold]
+    fn find_cache<'c>(&self, caches: &'c mut Caches) -> &'c mut Cache {
+        let position = caches.list.iter().position(|cache| cache.table == self.id);
         let index = match position {
             Some(index) => index,
             None => {
-                caches.retain(|cache| cache.store.strong_count() > 0);
-                caches.push(Cache {
+                caches.list.retain(|cache| cache.store.strong_count() > 0);
+                caches.list.push(Cache {
+                    table: self.id,
                     store: Arc::downgrade(&self.store),
                     slots: Vec::with_capacity(2 * BATCH),
                 });
-                caches.len() - 1
+                caches.list.len() - 1
             }
         };
-        &mut caches[index]
+        caches.last = index;
+        &mut caches.list[index]
     }
 
     /// Takes a block of up to [`BATCH`] slots never handed out into `slots`, creating their
@@ -370,7 +409,7 @@ mod tests {
             let slot = table.claim().unwrap();
             table.release(slot);
         }
-        let count = CACHES.with(|caches| caches.borrow().len());
+        let count = CACHES.with(|caches| caches.borrow().list.len());
         assert!(count <= 2, "{count} caches kept for dropped tables");
     }
 }
