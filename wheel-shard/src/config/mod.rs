@@ -49,14 +49,14 @@ pub struct Config {
     /// Commands each shard's pending ring holds, rounded up to a power of two (24 bytes each,
     /// allocated by [`TimerService::new`](crate::TimerService::new) for every shard; the
     /// allocation comes zeroed, so its pages take memory only once a burst reaches them).
-    /// Default 4 096.
+    /// Default 262 144 (6 MiB a shard at most).
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
-    /// thread needs to move that backlog. The default keeps that well under a 1 ms tick; a
-    /// faster producer waits for room instead (backpressure), which leaves the CPU to the tick
-    /// and executor threads. Raise it to absorb longer bursts where lateness matters less
-    /// (`docs/performance.md` has what ring sizes measured).
+    /// thread needs to move that backlog (tens of nanoseconds a command). A producer that
+    /// finds the ring full waits for room (backpressure). The default lets a burst of a million
+    /// timers go in at the producer's own speed; lower it where timers due within milliseconds
+    /// of a burst must not wait behind it (`docs/performance.md` has what ring sizes measured).
     pub ring_capacity: usize,
     /// Pin tick thread `i` to core `i mod cores`. Default true.
     pub pin_threads: bool,
@@ -142,7 +142,7 @@ impl Default for Config {
             executor_threads: available_cores(),
             max_pending: None,
             transfer_batch: 100_000,
-            ring_capacity: 1 << 12,
+            ring_capacity: 1 << 18,
             pin_threads: true,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
