@@ -49,7 +49,7 @@ pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
             times(
                 config.executor_threads as u64,
                 // Lateness, callback time and queue delay.
-                3 * crate::stats::histogram_bytes() as u64,
+                3 * crate::executor::Durations::bytes() as u64,
             ),
         ),
         (

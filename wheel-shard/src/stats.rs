@@ -84,12 +84,6 @@ pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_TRACKED_NANOS, 3).expect("static histogram bounds are valid")
 }
 
-/// Bytes one [`new_histogram`] allocates for its counts (each executor worker keeps one).
-pub(crate) fn histogram_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| new_histogram().distinct_values() * std::mem::size_of::<u64>())
-}
-
 impl Lateness {
     /// An empty histogram with the bounds of every [`Lateness::histogram`]: nanoseconds from 1
     /// to an hour (longer samples are clamped), 3 significant digits. For code that records

@@ -6,10 +6,10 @@
 //! deques (crossbeam-deque), so work spreads to whoever is free. A worker with nothing to do
 //! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
 
+mod durations;
 mod idle;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
@@ -17,7 +17,8 @@ use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use crate::shard::TimerRef;
-use crate::stats::{new_histogram, MAX_TRACKED_NANOS};
+use crate::stats::new_histogram;
+pub(crate) use durations::Durations;
 use idle::Idle;
 
 /// A reference the wheel handed out, on its way to a worker, which decides on the timer's
@@ -33,7 +34,9 @@ pub(crate) struct Run {
     pub(crate) handed_at: u64,
 }
 
-/// Per-worker counters and samples, merged on request by `stats()`.
+/// Per-worker counters and samples, merged on request by `stats()`. Only the worker writes
+/// them (see [`WorkerStats::count`] and [`Durations`]): no lock and no read-modify-write on a
+/// run's path.
 pub(crate) struct WorkerStats {
     pub(crate) fired: AtomicU64,
     pub(crate) panicked: AtomicU64,
@@ -44,14 +47,31 @@ pub(crate) struct WorkerStats {
     /// References taken (fired, deferred or stale), re-arm included: what a manual clock's
     /// `advance` waits for. Counted under a manual clock only.
     pub(crate) done: AtomicU64,
-    pub(crate) samples: Mutex<Samples>,
+    pub(crate) lateness: Durations,
+    pub(crate) callback_time: Durations,
+    pub(crate) queue_delay: Durations,
 }
 
-/// One worker's distributions.
-pub(crate) struct Samples {
-    pub(crate) lateness: Histogram<u64>,
-    pub(crate) callback_time: Histogram<u64>,
-    pub(crate) queue_delay: Histogram<u64>,
+impl WorkerStats {
+    fn new() -> Self {
+        WorkerStats {
+            fired: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            lateness: Durations::new(),
+            callback_time: Durations::new(),
+            queue_delay: Durations::new(),
+        }
+    }
+
+    /// Adds one to `counter`, one of this worker's own: a plain load and store, since no other
+    /// thread writes it. SeqCst, so a reader that saw what the worker did next sees the count.
+    #[inline]
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::SeqCst);
+    }
 }
 
 /// The merged distributions of every worker (see `Stats`).
@@ -84,20 +104,7 @@ impl Executor {
             injectors: (0..shards).map(|_| Injector::new()).collect(),
             stealers: locals.iter().map(Worker::stealer).collect(),
             workers: (0..threads)
-                .map(|_| {
-                    CachePadded::new(WorkerStats {
-                        fired: AtomicU64::new(0),
-                        panicked: AtomicU64::new(0),
-                        slow: AtomicU64::new(0),
-                        ended: AtomicU64::new(0),
-                        done: AtomicU64::new(0),
-                        samples: Mutex::new(Samples {
-                            lateness: new_histogram(),
-                            callback_time: new_histogram(),
-                            queue_delay: new_histogram(),
-                        }),
-                    })
-                })
+                .map(|_| CachePadded::new(WorkerStats::new()))
                 .collect(),
             idle: Idle::new(),
             slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
@@ -175,13 +182,9 @@ impl Executor {
             queue_delay: new_histogram(),
         };
         for worker in self.workers.iter() {
-            let samples = worker.samples.lock().unwrap_or_else(|e| e.into_inner());
-            let add = |into: &mut Histogram<u64>, from: &Histogram<u64>| {
-                into.add(from).expect("histograms share bounds");
-            };
-            add(&mut merged.lateness, &samples.lateness);
-            add(&mut merged.callback_time, &samples.callback_time);
-            add(&mut merged.queue_delay, &samples.queue_delay);
+            worker.lateness.add_to(&mut merged.lateness);
+            worker.callback_time.add_to(&mut merged.callback_time);
+            worker.queue_delay.add_to(&mut merged.queue_delay);
         }
         merged
     }
@@ -217,9 +220,4 @@ impl Executor {
     pub(crate) fn sleep(&self) {
         self.idle.sleep(|| self.has_work());
     }
-}
-
-/// Records `nanos` in `histogram`, clamped to what it tracks.
-pub(crate) fn record(histogram: &mut Histogram<u64>, nanos: u64) {
-    histogram.saturating_record(nanos.clamp(1, MAX_TRACKED_NANOS));
 }

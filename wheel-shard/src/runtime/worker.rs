@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_deque::Worker;
 
 use crate::contain::{drop_contained, drop_payload, panic_message};
-use crate::executor::{record, Run, Samples};
+use crate::executor::{Run, WorkerStats};
 use crate::runtime::core::Core;
 use crate::shard::{Claim, Notice, Placement, Shard, TimerRef};
 use crate::task::{next_run, Task};
@@ -78,7 +78,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         if let Some(run) = next {
             take(core, run, &mut own);
             if own.manual {
-                executor.workers[index].done.fetch_add(1, Ordering::SeqCst);
+                WorkerStats::count(&executor.workers[index].done);
                 core.settle.signal();
             }
             continue;
@@ -141,9 +141,7 @@ fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
 
 /// Counts a timer that ended without a cancel and gives back its `max_pending` place.
 fn end_live(core: &Core, worker: usize) {
-    core.executor.workers[worker]
-        .ended
-        .fetch_add(1, Ordering::Relaxed);
+    WorkerStats::count(&core.executor.workers[worker].ended);
     core.limit.release();
 }
 
@@ -226,9 +224,7 @@ fn panicked(
     id: TimerId,
     repeating: bool,
 ) {
-    core.executor.workers[worker]
-        .panicked
-        .fetch_add(1, Ordering::Relaxed);
+    WorkerStats::count(&core.executor.workers[worker].panicked);
     tracing::error!(
         panic = panic_message(payload.as_ref()),
         timer = ?id,
@@ -241,44 +237,38 @@ fn panicked(
 /// Counts and samples a run about to start, and measures the worker's previous one.
 fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
     let stats = &core.executor.workers[own.index];
-    stats.fired.fetch_add(1, Ordering::Relaxed);
     let started = core.clock.real_nanos();
-    let late = core.clock.lateness(deadline, started);
-    let slow = {
-        // Recorded before the run, so `stats()` counts a run as soon as it has started; the
-        // last run's time goes in under the same lock.
-        let mut samples = stats.samples.lock().unwrap_or_else(|e| e.into_inner());
-        record(&mut samples.lateness, late);
-        record(
-            &mut samples.queue_delay,
-            started.saturating_sub(run.handed_at),
-        );
-        measure_last_run(core, own, &mut samples, started)
-    };
+    // Recorded before the run, so `stats()` counts a run as soon as it has started.
+    stats
+        .lateness
+        .record(core.clock.lateness(deadline, started));
+    stats
+        .queue_delay
+        .record(started.saturating_sub(run.handed_at));
+    WorkerStats::count(&stats.fired);
+    let slow = measure_last_run(core, own, stats, started);
     report_slow(core, own, slow);
     own.last_run = Some(LastRun { started, id });
 }
 
-/// Measures the worker's last run, ended by `now` (see [`WorkerOwn`]); `samples` is the
-/// worker's, locked. Returns the run to report as slow, if it was.
+/// Measures the worker's last run, ended by `now` (see [`WorkerOwn`]), into `stats` (the
+/// worker's). Returns the run to report as slow, if it was.
 fn measure_last_run(
     core: &Core,
     own: &mut WorkerOwn,
-    samples: &mut Samples,
+    stats: &WorkerStats,
     now: u64,
 ) -> Option<(TimerId, u64)> {
     let last = own.last_run.take()?;
     let took = now.saturating_sub(last.started);
-    record(&mut samples.callback_time, took);
+    stats.callback_time.record(took);
     (took > core.executor.slow_callback).then_some((last.id, took))
 }
 
 /// Counts and logs a slow run that [`measure_last_run`] found.
 fn report_slow(core: &Core, own: &mut WorkerOwn, slow: Option<(TimerId, u64)>) {
     if let Some((id, took)) = slow {
-        core.executor.workers[own.index]
-            .slow
-            .fetch_add(1, Ordering::Relaxed);
+        WorkerStats::count(&core.executor.workers[own.index].slow);
         own.slow_log.report(id, took);
     }
 }
@@ -289,13 +279,7 @@ fn end_last_run(core: &Core, own: &mut WorkerOwn) {
         return;
     }
     let now = core.clock.real_nanos();
-    let slow = {
-        let mut samples = core.executor.workers[own.index]
-            .samples
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        measure_last_run(core, own, &mut samples, now)
-    };
+    let slow = measure_last_run(core, own, &core.executor.workers[own.index], now);
     report_slow(core, own, slow);
 }
 
