@@ -4,12 +4,14 @@
 //! [`driver::drive`] starts a system ([`timers::Timers`]), runs the [`plan::Plan`]'s warm-up
 //! rounds and its measured round: [`producer`] threads schedule the [`scenario`]'s timers
 //! (delays from [`delays`]), each timer's [`task::Task`] records its lateness into the
-//! [`probe`] (a [`bitset`] per thread checks each fired once), and the driver gathers the
+//! [`probe`] (a [`fired`] list per thread, checked against a [`bitset`] when the run ends,
+//! tells that each fired once), and the driver gathers the
 //! figures into a [`result::RunResult`] (percentiles from [`histogram`]).
 
 pub(crate) mod bitset;
 pub(crate) mod delays;
 pub(crate) mod driver;
+pub(crate) mod fired;
 pub(crate) mod histogram;
 pub(crate) mod plan;
 pub(crate) mod probe;
