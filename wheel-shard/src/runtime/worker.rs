@@ -3,8 +3,15 @@
 //! ended timers back.
 //!
 //! A worker is the first thread to touch a timer's record after the producer wrote it. It
-//! keeps a few references in hand ahead of the one it runs and prefetches their records, so
-//! the misses of the next ones overlap the current callback instead of stalling one by one.
+//! keeps references in hand ahead of the one it runs and prefetches their records, so the
+//! misses of the next ones overlap the current callback instead of stalling one by one.
+//!
+//! References in hand are the worker's alone: no other worker can steal them, so a slow
+//! callback holds them up. The worker therefore keeps many in hand ([`DEEP`], which pays at
+//! millions of timers, where nearly every record is a miss) only while its callbacks are
+//! short; one run over [`SHORT_RUN`] drops it to a few ([`SHALLOW`]) for the next
+//! [`SHALLOW_RUNS`] runs, so a service whose callbacks block now and then keeps work
+//! stealable.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -20,8 +27,15 @@ use crate::shard::{Claim, Notice, Placement, Shard, TimerRef};
 use crate::task::{next_run, Task};
 use crate::timer::TimerId;
 
-/// References a worker keeps in hand, their records prefetched, ahead of the one it runs.
-const LOOKAHEAD: usize = 8;
+/// References a worker keeps in hand, their records prefetched, ahead of the one it runs,
+/// while its callbacks are short.
+const DEEP: usize = 32;
+/// References in hand after a run longer than [`SHORT_RUN`].
+const SHALLOW: usize = 4;
+/// The longest run that keeps a worker at [`DEEP`].
+const SHORT_RUN: u64 = 1_000_000;
+/// Runs a worker stays at [`SHALLOW`] after one longer than [`SHORT_RUN`].
+const SHALLOW_RUNS: u32 = 1024;
 
 /// What a worker keeps to itself between runs.
 ///
@@ -36,6 +50,8 @@ struct WorkerOwn {
     last_run: Option<LastRun>,
     /// References taken from the queues, their records prefetched.
     ahead: VecDeque<Run>,
+    /// Runs left at the shallow depth (see the module doc).
+    shallow_for: u32,
     manual: bool,
 }
 
@@ -66,7 +82,8 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
             held_back: 0,
         },
         last_run: None,
-        ahead: VecDeque::with_capacity(LOOKAHEAD),
+        ahead: VecDeque::with_capacity(DEEP),
+        shallow_for: 0,
         manual: core.clock.is_manual(),
     };
     loop {
@@ -93,7 +110,13 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
 
 /// Tops up the references in hand from the worker's own deque, prefetching their records.
 fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
-    while own.ahead.len() < LOOKAHEAD {
+    let depth = if own.shallow_for > 0 {
+        own.shallow_for -= 1;
+        SHALLOW
+    } else {
+        DEEP
+    };
+    while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
         if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
             record.prefetch();
@@ -262,6 +285,9 @@ fn measure_last_run(
     let last = own.last_run.take()?;
     let took = now.saturating_sub(last.started);
     stats.callback_time.record(took);
+    if took > SHORT_RUN {
+        own.shallow_for = SHALLOW_RUNS;
+    }
     (took > core.executor.slow_callback).then_some((last.id, took))
 }
 
