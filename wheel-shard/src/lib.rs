@@ -129,6 +129,7 @@ mod runtime;
 mod service;
 mod shard;
 mod stats;
+mod stopwatch;
 mod sync;
 mod task;
 mod timer;

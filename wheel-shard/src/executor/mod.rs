@@ -67,10 +67,11 @@ impl WorkerStats {
     }
 
     /// Adds one to `counter`, one of this worker's own: a plain load and store, since no other
-    /// thread writes it. SeqCst, so a reader that saw what the worker did next sees the count.
+    /// thread writes it (no locked instruction: on x86 a SeqCst store would be one). Release,
+    /// so a reader that saw what the worker did next (a callback's effect) sees the count.
     #[inline]
     pub(crate) fn count(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::SeqCst);
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
 

@@ -24,6 +24,7 @@ use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::executor::{Run, WorkerStats};
 use crate::runtime::core::Core;
 use crate::shard::{Claim, Notice, Placement, Shard, TimerRef};
+use crate::stopwatch::Stopwatch;
 use crate::task::{next_run, Task};
 use crate::timer::TimerId;
 
@@ -52,11 +53,13 @@ struct WorkerOwn {
     ahead: VecDeque<Run>,
     /// Runs left at the shallow depth (see the module doc).
     shallow_for: u32,
+    /// Times runs for the statistics.
+    stopwatch: Stopwatch,
     manual: bool,
 }
 
 struct LastRun {
-    /// When it started (`Clock::real_nanos`).
+    /// When it started (`Stopwatch::real_nanos`).
     started: u64,
     id: TimerId,
 }
@@ -84,6 +87,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         last_run: None,
         ahead: VecDeque::with_capacity(DEEP),
         shallow_for: 0,
+        stopwatch: Stopwatch::new(),
         manual: core.clock.is_manual(),
     };
     loop {
@@ -95,7 +99,9 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         if let Some(run) = next {
             take(core, run, &mut own);
             if own.manual {
-                WorkerStats::count(&executor.workers[index].done);
+                // SeqCst, as `advance` reads it (manual clock only).
+                let done = &executor.workers[index].done;
+                done.store(done.load(Ordering::Relaxed) + 1, Ordering::SeqCst);
                 core.settle.signal();
             }
             continue;
@@ -260,7 +266,7 @@ fn panicked(
 /// Counts and samples a run about to start, and measures the worker's previous one.
 fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
     let stats = &core.executor.workers[own.index];
-    let started = core.clock.real_nanos();
+    let started = own.stopwatch.real_nanos(&core.clock);
     // Recorded before the run, so `stats()` counts a run as soon as it has started.
     stats
         .lateness
@@ -304,7 +310,7 @@ fn end_last_run(core: &Core, own: &mut WorkerOwn) {
     if own.last_run.is_none() {
         return;
     }
-    let now = core.clock.real_nanos();
+    let now = own.stopwatch.real_nanos(&core.clock);
     let slow = measure_last_run(core, own, &core.executor.workers[own.index], now);
     report_slow(core, own, slow);
 }
