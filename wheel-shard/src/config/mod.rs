@@ -58,7 +58,13 @@ pub struct Config {
     /// timers go in at the producer's own speed; lower it where timers due within milliseconds
     /// of a burst must not wait behind it (`docs/performance.md` has what ring sizes measured).
     pub ring_capacity: usize,
-    /// Pin tick thread `i` to core `i mod cores`. Default true.
+    /// Pin tick thread `i` to core `i mod cores`. Default false.
+    ///
+    /// Pinning pays where the tick threads have cores of their own (more cores than shards,
+    /// or the application's threads pinned elsewhere). Where the application's threads share
+    /// the cores with them, a pinned tick thread cannot be moved off the core a busy producer
+    /// runs on, and the two halve it: on 2 cores, pinned, one producer scheduled 1 M timers at
+    /// 12.8–18.1 M/s against 20.3–23.6 unpinned (`docs/performance.md`).
     pub pin_threads: bool,
     /// How long `schedule` waits for room in a full ring before it returns
     /// `ScheduleError::Saturated`. Default 100 ms.
@@ -143,7 +149,7 @@ impl Default for Config {
             max_pending: None,
             transfer_batch: 100_000,
             ring_capacity: 1 << 18,
-            pin_threads: true,
+            pin_threads: false,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
             slow_callback: Duration::from_millis(100),
