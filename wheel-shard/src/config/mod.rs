@@ -49,14 +49,14 @@ pub struct Config {
     /// Commands each shard's pending ring holds, rounded up to a power of two (24 bytes each,
     /// allocated by [`TimerService::new`](crate::TimerService::new) for every shard; the
     /// allocation comes zeroed, so its pages take memory only once a burst reaches them).
-    /// Default 262 144 (6 MiB a shard at most).
+    /// Default 65 536 (1.5 MiB a shard at most).
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick
     /// thread needs to move that backlog (tens of nanoseconds a command). A producer that
     /// finds the ring full waits for room (backpressure). The default lets a burst of a million
-    /// timers go in at the producer's own speed; lower it where timers due within milliseconds
-    /// of a burst must not wait behind it (`docs/performance.md` has what ring sizes measured).
+    /// timers go in at about the producer's own speed; lower it where timers due within
+    /// milliseconds of a burst must not wait behind it (`docs/performance.md` has what ring sizes measured).
     pub ring_capacity: usize,
     /// Pin tick thread `i` to core `i mod cores`. Default false.
     ///
@@ -148,7 +148,7 @@ impl Default for Config {
             executor_threads: available_cores(),
             max_pending: None,
             transfer_batch: 100_000,
-            ring_capacity: 1 << 18,
+            ring_capacity: 1 << 16,
             pin_threads: false,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
