@@ -7,8 +7,10 @@
 //! costs about 10. So between readings of the real clock, the stopwatch extrapolates from the
 //! counter:
 //!
-//! - every [`READS_PER_ANCHOR`] readings it reads the real clock and the counter together (an
-//!   *anchor*), and returns the real clock's value;
+//! - every [`READS_PER_ANCHOR`] readings, or once the counter has run [`ANCHOR_AGE`] ticks
+//!   (a millisecond or so) since the last anchor, it reads the real clock between two readings
+//!   of the counter (an *anchor*, kept only when the two are close, so a thread preempted in
+//!   between does not pair a time with a later count), and returns the real clock's value;
 //! - in between it returns the last anchor's time plus the counter's advance, converted at a
 //!   rate measured between its first anchor and its latest (so the rate's error shrinks as
 //!   the thread lives, and any error restarts from zero at each anchor);
@@ -29,6 +31,17 @@ use crate::clock::Clock;
 
 /// Readings between two anchors: the real clock's cost spread over this many.
 const READS_PER_ANCHOR: u32 = 256;
+
+/// Counter ticks after which a reading anchors again however few readings there were: the
+/// extrapolation's error grows with the distance from its anchor.
+const ANCHOR_AGE: u64 = 1 << 22;
+
+/// The most counter ticks between the two counter readings around an anchor's real one (a
+/// real reading takes a few hundred): more means the thread was interrupted in between.
+const ANCHOR_WIDTH: u64 = 4096;
+
+/// Tries at an anchor before the reading settles for the real clock alone.
+const ANCHOR_TRIES: u32 = 3;
 
 /// Counter ticks between the first anchor and the one that sets the rate: at a few GHz, a
 /// few milliseconds, against the real clock's nanosecond resolution.
@@ -66,9 +79,12 @@ impl Stopwatch {
         if self.reads_left == 0 || self.rate == 0 {
             return self.anchor(clock);
         }
-        self.reads_left -= 1;
         let (at_counter, at_nanos) = self.anchor;
         let ticks = counter().saturating_sub(at_counter);
+        if ticks > ANCHOR_AGE {
+            return self.anchor(clock);
+        }
+        self.reads_left -= 1;
         at_nanos + ((u128::from(ticks) * u128::from(self.rate)) >> RATE_SHIFT) as u64
     }
 
@@ -76,19 +92,30 @@ impl Stopwatch {
     /// enough since the first anchor.
     #[cold]
     fn anchor(&mut self, clock: &Clock) -> u64 {
-        let nanos = clock.real_nanos();
         if !counter_is_trusted() {
+            return clock.real_nanos();
+        }
+        for _ in 0..ANCHOR_TRIES {
+            let before = counter();
+            let nanos = clock.real_nanos();
+            let after = counter();
+            let width = after.wrapping_sub(before);
+            if width > ANCHOR_WIDTH {
+                continue;
+            }
+            let now = (before + width / 2, nanos);
+            let (first_counter, first_nanos) = *self.first.get_or_insert(now);
+            let ticks = now.0.saturating_sub(first_counter);
+            if ticks >= CALIBRATION {
+                self.rate = rate(now.1.saturating_sub(first_nanos), ticks);
+            }
+            self.anchor = now;
+            self.reads_left = READS_PER_ANCHOR;
             return nanos;
         }
-        let now = (counter(), nanos);
-        let (first_counter, first_nanos) = *self.first.get_or_insert(now);
-        let ticks = now.0.saturating_sub(first_counter);
-        if ticks >= CALIBRATION {
-            self.rate = rate(now.1.saturating_sub(first_nanos), ticks);
-        }
-        self.anchor = now;
-        self.reads_left = READS_PER_ANCHOR;
-        nanos
+        // Interrupted every time: no anchor now, the next reading tries again.
+        self.reads_left = 0;
+        clock.real_nanos()
     }
 }
 
