@@ -63,8 +63,7 @@ pub struct Config {
     /// Pinning pays where the tick threads have cores of their own (more cores than shards,
     /// or the application's threads pinned elsewhere). Where the application's threads share
     /// the cores with them, a pinned tick thread cannot be moved off the core a busy producer
-    /// runs on, and the two halve it: on 2 cores, pinned, one producer scheduled 1 M timers at
-    /// 12.8–18.1 M/s against 20.3–23.6 unpinned (`docs/performance.md`).
+    /// runs on, and the two halve it (`docs/performance.md` has the measurement).
     pub pin_threads: bool,
     /// How long `schedule` waits for room in a full ring before it returns
     /// `ScheduleError::Saturated`. Default 100 ms.
