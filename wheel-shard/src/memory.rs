@@ -1,7 +1,8 @@
 //! What a [`Config`] allocates up front, and how much of the machine that may be.
 //!
-//! `TimerService::new` writes everything it allocates (rings, and with `capacity` the timer
-//! records and wheel places), so the memory is resident at once. Linux overcommits: asking the
+//! `TimerService::new` writes the timer records and wheel places it allocates for `capacity`,
+//! so that memory is resident at once; the rings and the workers' histograms come zeroed and
+//! become resident as bursts and samples reach their pages. Linux overcommits: asking the
 //! allocator for 20 GB on a smaller machine succeeds, and the OOM killer strikes while the pages
 //! are written. A fallible allocation cannot catch that, so the service adds up the bytes first
 //! and refuses a config that needs more than its share of the machine; fallible allocation
@@ -16,7 +17,7 @@ use crate::shard::{PendingRing, Placement, Shard, TimerRef, TimerTable};
 use crate::Config;
 
 /// The share of the machine's memory the service may take up front: half. That memory is
-/// resident from `new` on, before a single task is stored; the timers that fill it bring their
+/// resident from `new` on (or once a burst fills the rings), before a single task is stored; the timers that fill it bring their
 /// tasks, and the application around them needs room too. Past half, the service is the likely
 /// victim of the OOM killer once it is busy.
 const MACHINE_SHARE_DIVISOR: u64 = 2;

@@ -68,7 +68,8 @@ impl TimerService {
     /// reports no cores pinning is skipped with a warning. Workers are never pinned, so the OS
     /// can move them around the tick threads.
     ///
-    /// Everything the config sizes is allocated and written here, before any thread starts:
+    /// Everything the config sizes is allocated here, before any thread starts (and the
+    /// records and wheel places for [`Config::capacity`] written):
     /// a config whose [`Config::memory_estimate`] is over this machine's
     /// [`limits::memory_limit`](crate::limits::memory_limit) is refused with
     /// [`ConfigError::TooLarge`], and an allocation the allocator refuses with

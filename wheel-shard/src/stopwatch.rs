@@ -51,7 +51,7 @@ const CALIBRATION: u64 = 1 << 24;
 const RATE_SHIFT: u32 = 32;
 
 pub(crate) struct Stopwatch {
-    /// The first anchor (counter, nanoseconds); `None` where the counter is not trusted.
+    /// The first anchor (counter, nanoseconds), once one is taken.
     first: Option<(u64, u64)>,
     /// The latest anchor.
     anchor: (u64, u64),
@@ -95,9 +95,10 @@ impl Stopwatch {
         if !counter_is_trusted() {
             return clock.real_nanos();
         }
+        let mut nanos = 0;
         for _ in 0..ANCHOR_TRIES {
             let before = counter();
-            let nanos = clock.real_nanos();
+            nanos = clock.real_nanos();
             let after = counter();
             let width = after.wrapping_sub(before);
             if width > ANCHOR_WIDTH {
@@ -113,9 +114,10 @@ impl Stopwatch {
             self.reads_left = READS_PER_ANCHOR;
             return nanos;
         }
-        // Interrupted every time: no anchor now, the next reading tries again.
+        // Interrupted every time: no anchor now (the next reading tries again), but the last
+        // real reading stands.
         self.reads_left = 0;
-        clock.real_nanos()
+        nanos
     }
 }
 

@@ -56,7 +56,8 @@ pub struct Config {
     /// thread needs to move that backlog (tens of nanoseconds a command). A producer that
     /// finds the ring full waits for room (backpressure). The default lets a burst of a million
     /// timers go in at about the producer's own speed; lower it where timers due within
-    /// milliseconds of a burst must not wait behind it (`docs/performance.md` has what ring sizes measured).
+    /// milliseconds of a burst must not wait behind it (`docs/performance.md` has what ring
+    /// sizes measured).
     pub ring_capacity: usize,
     /// Pin tick thread `i` to core `i mod cores`. Default false.
     ///
@@ -203,7 +204,8 @@ impl Config {
     }
 
     /// Bytes [`TimerService::new`](crate::TimerService::new) allocates up front for this
-    /// config, all of it written at once so it is resident from the start:
+    /// config (the records and wheel places for `capacity` written at once, so they are
+    /// resident from the start; the rings and histograms zeroed, resident as they are used):
     ///
     /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
     /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer cell of
@@ -212,7 +214,8 @@ impl Config {
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
     ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096) and its timer table's
     ///   directory (96 KiB);
-    /// - per executor thread, its lateness histogram (264 KiB).
+    /// - per executor thread, its histograms of lateness, callback time and queue delay
+    ///   (3 × 261 KiB).
     ///
     /// Not counted: what grows later with the timers actually scheduled (their tasks, the wheel
     /// slots' arrays), and thread stacks, which are reserved address space that is only

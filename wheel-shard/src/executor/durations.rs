@@ -33,6 +33,8 @@ const EXACT_BELOW: u64 = 2048;
 const PER_DOUBLING: usize = 1024;
 /// The top bit of [`EXACT_BELOW`].
 const FIRST_DOUBLING: u32 = 11;
+/// Buckets up to [`MAX_TRACKED_NANOS`]'s.
+const BUCKETS: usize = bucket(MAX_TRACKED_NANOS) + 1;
 
 pub(crate) struct Durations {
     counts: Box<[AtomicU64]>,
@@ -46,7 +48,7 @@ impl Durations {
             assert!(std::mem::size_of::<AtomicU64>() == std::mem::size_of::<u64>());
             assert!(std::mem::align_of::<AtomicU64>() == std::mem::align_of::<u64>());
         }
-        let zeros = vec![0u64; bucket(MAX_TRACKED_NANOS) + 1].into_boxed_slice();
+        let zeros = vec![0u64; BUCKETS].into_boxed_slice();
         // SAFETY: `AtomicU64` has the size, alignment and bit validity of `u64` (asserted
         // above), so the allocation is a valid `[AtomicU64]` of the same length, freed with
         // the same layout.
@@ -75,13 +77,13 @@ impl Durations {
 
     /// Bytes one takes.
     pub(crate) fn bytes() -> usize {
-        (bucket(MAX_TRACKED_NANOS) + 1) * std::mem::size_of::<AtomicU64>()
+        BUCKETS * std::mem::size_of::<AtomicU64>()
     }
 }
 
 /// The bucket of `nanos` (see the module doc).
 #[inline]
-fn bucket(nanos: u64) -> usize {
+const fn bucket(nanos: u64) -> usize {
     if nanos < EXACT_BELOW {
         return nanos as usize;
     }

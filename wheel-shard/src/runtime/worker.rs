@@ -281,7 +281,8 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
 }
 
 /// Measures the worker's last run, ended by `now` (see [`WorkerOwn`]), into `stats` (the
-/// worker's). Returns the run to report as slow, if it was.
+/// worker's), and drops the worker to [`SHALLOW`] when the run was long. Returns the run to
+/// report as slow, if it was.
 fn measure_last_run(
     core: &Core,
     own: &mut WorkerOwn,
