@@ -367,16 +367,19 @@ struct Shared {
     counters: Arc<Counters>,
 }
 
-/// One connection, from accept to close. Sockets close when `relay` is dropped.
+/// One connection, from accept to close. Sockets close when `relay` is dropped, at the end,
+/// after the close is counted: whoever sees the connection closed sees it counted.
 async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>, _open: OpenConnection) {
     let counters = &shared.counters;
     let alarm = Arc::clone(&conn.alarm);
+    let relay = relay(client, shared.upstream, &conn);
+    tokio::pin!(relay);
     let counter = tokio::select! {
         reason = alarm.raised() => match reason {
             CloseReason::Idle => &counters.closed_idle,
             CloseReason::RequestTimeout => &counters.closed_request_timeout,
         },
-        result = relay(client, shared.upstream, &conn) => match result {
+        result = &mut relay => match result {
             Ok(()) => &counters.closed_normally,
             Err(error) => {
                 tracing::debug!("connection to {} ended: {error}", shared.upstream);
