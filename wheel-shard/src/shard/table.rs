@@ -8,7 +8,7 @@
 //!
 //! Free slots travel in batches. Every thread keeps a small cache of free slots per shard: a
 //! producer takes its slots from there, and a thread that ends a timer (a worker that fired
-//! it, a caller that cancelled it) puts the slot back into its own cache. A cache that runs
+//! it, a caller that cancelled it) puts the slot back into its own cache. A cache about to run
 //! dry takes a whole batch from the shard's shared store (or a block of fresh slots), and one
 //! that overflows hands a batch back, so the shared store is touched once per [`BATCH`]
 //! timers, not once per timer, and a slot usually goes back to a thread whose cache has just
