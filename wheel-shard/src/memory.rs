@@ -55,7 +55,12 @@ pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
         ),
         (
             "shards",
-            times(shards, (size_of::<Shard>() as u64).saturating_add(table(0))),
+            times(
+                shards,
+                (size_of::<Shard>() as u64)
+                    .saturating_add(table(0))
+                    .saturating_add(crate::executor::Executor::hand_out_bytes() as u64),
+            ),
         ),
     ]
 }

@@ -122,7 +122,7 @@ mod loom_models {
 
     /// A tick thread submits a task and notifies, racing a worker on its way to sleep: the
     /// worker never stays asleep with the task queued. (The queue is written Relaxed: the
-    /// fences carry it, as they do the injector's push.)
+    /// fences carry it, as they do the hand-out ring's push.)
     #[test]
     fn submit_racing_sleep_wakes_the_worker() {
         loom::model(|| {

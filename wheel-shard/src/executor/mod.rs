@@ -1,24 +1,27 @@
 //! [`Executor`]: the worker threads that run expired callbacks, so no callback ever runs on a
 //! tick thread and a slow one holds up only the worker running it.
 //!
-//! Each shard's tick thread pushes into its own injector (one producer each, no contention
-//! between shards). Idle workers take batches from the injectors and steal from each other's
-//! deques (crossbeam-deque), so work spreads to whoever is free. A worker with nothing to do
+//! Each shard's tick thread pushes into its own hand-out queue (`handout.rs`: a ring with one
+//! producer, no locked instruction and no allocation per push). Idle workers take batches from
+//! the hand-out queues and steal from each other's deques (crossbeam-deque), so work spreads to
+//! whoever is free. A worker with nothing to do
 //! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
 
 mod durations;
+mod handout;
 mod idle;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
 use crate::shard::TimerRef;
 use crate::stats::new_histogram;
 pub(crate) use durations::Durations;
+use handout::HandOut;
 use idle::Idle;
 
 /// A reference the wheel handed out, on its way to a worker, which decides on the timer's
@@ -83,7 +86,8 @@ pub(crate) struct Distributions {
 }
 
 pub(crate) struct Executor {
-    injectors: Box<[Injector<Run>]>,
+    /// Each shard's due references, from its tick thread.
+    hand_outs: Box<[HandOut<Run>]>,
     stealers: Box<[Stealer<Run>]>,
     pub(crate) workers: Box<[CachePadded<WorkerStats>]>,
     idle: Idle,
@@ -102,7 +106,7 @@ impl Executor {
     ) -> (Executor, Vec<Worker<Run>>) {
         let locals: Vec<Worker<Run>> = (0..threads).map(|_| Worker::new_fifo()).collect();
         let executor = Executor {
-            injectors: (0..shards).map(|_| Injector::new()).collect(),
+            hand_outs: (0..shards).map(|_| HandOut::new()).collect(),
             stealers: locals.iter().map(Worker::stealer).collect(),
             workers: (0..threads)
                 .map(|_| CachePadded::new(WorkerStats::new()))
@@ -113,10 +117,17 @@ impl Executor {
         (executor, locals)
     }
 
-    /// Queues a due reference from its shard's tick thread (each shard has its own injector).
-    /// Call [`Executor::notify`] after a batch.
+    /// Queues a due reference from its shard's tick thread (each shard has its own hand-out
+    /// queue, and only its tick thread calls this for it). Call [`Executor::notify`] after a
+    /// batch.
+    #[inline]
     pub(crate) fn submit(&self, run: Run) {
-        self.injectors[run.shard as usize].push(run);
+        self.hand_outs[run.shard as usize].push(run);
+    }
+
+    /// Bytes each shard's hand-out queue takes.
+    pub(crate) fn hand_out_bytes() -> usize {
+        HandOut::<Run>::bytes()
     }
 
     /// Wakes up to `handed` sleeping workers for tasks just submitted.
@@ -136,12 +147,12 @@ impl Executor {
 
     /// Tasks queued and not yet started.
     pub(crate) fn queued(&self) -> usize {
-        self.injectors.iter().map(Injector::len).sum::<usize>()
+        self.hand_outs.iter().map(HandOut::len).sum::<usize>()
             + self.stealers.iter().map(Stealer::len).sum::<usize>()
     }
 
     pub(crate) fn has_work(&self) -> bool {
-        self.injectors.iter().any(|q| !q.is_empty()) || self.stealers.iter().any(|s| !s.is_empty())
+        self.hand_outs.iter().any(|q| !q.is_empty()) || self.stealers.iter().any(|s| !s.is_empty())
     }
 
     /// A counter summed over every worker.
@@ -194,12 +205,12 @@ impl Executor {
         if let Some(run) = local.pop() {
             return Some(run);
         }
-        let injectors = self.injectors.len();
+        let hand_outs = self.hand_outs.len();
         let stealers = self.stealers.len();
         loop {
             let mut retry = false;
-            for i in 0..injectors {
-                match self.injectors[(index + i) % injectors].steal_batch_and_pop(local) {
+            for i in 0..hand_outs {
+                match self.hand_outs[(index + i) % hand_outs].steal_batch_and_pop(local) {
                     Steal::Success(run) => return Some(run),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}
