@@ -29,8 +29,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
-/// The most references a worker takes at once: enough to keep its prefetch window full,
-/// few enough to leave the rest to the other workers.
+/// The most references a worker takes at once from the ring (it asks for as many as it keeps
+/// in hand, at most this): enough to keep its prefetch window full, few enough to leave the
+/// rest to the other workers.
 pub(crate) const STEAL_BATCH: u64 = 32;
 
 /// Cells per shard's ring: eight ticks of a million timers a second due on one shard, before
@@ -185,10 +186,12 @@ impl<T: Send> HandOut<T> {
         self.overflow.push(value);
     }
 
-    /// A worker: takes a batch, returns its first value and puts the rest in `dest`.
-    pub(crate) fn steal_batch_and_pop(&self, dest: &Worker<T>) -> Steal<T> {
+    /// A worker: takes up to `batch` (at most [`STEAL_BATCH`]), returns the first and puts the
+    /// rest in `dest`. A worker whose callbacks run long asks for few, so few wait behind it.
+    pub(crate) fn steal_batch_and_pop(&self, dest: &Worker<T>, batch: usize) -> Steal<T> {
         let mut first = None;
-        let ring = self.ring.steal(STEAL_BATCH, |value| match first {
+        let limit = (batch as u64).clamp(1, STEAL_BATCH);
+        let ring = self.ring.steal(limit, |value| match first {
             None => first = Some(value),
             Some(_) => dest.push(value),
         });
@@ -259,7 +262,7 @@ mod tests {
         // The ring is drained first: its values are the older ones.
         let mut got = Vec::new();
         loop {
-            match queue.steal_batch_and_pop(&local) {
+            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
                 Steal::Success(v) => {
                     got.push(v);
                     while let Some(v) = local.pop() {
@@ -290,7 +293,7 @@ mod tests {
                     let mut got = Vec::new();
                     let mut idle = 0;
                     while idle < 1000 {
-                        match queue.steal_batch_and_pop(&local) {
+                        match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
                             Steal::Success(v) => {
                                 idle = 0;
                                 got.push(v);
@@ -328,7 +331,7 @@ mod tests {
         // Whatever the stealers left (they stop after a quiet spell) is still queued.
         let local = Worker::new_fifo();
         loop {
-            match queue.steal_batch_and_pop(&local) {
+            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
                 Steal::Success(v) => {
                     for v in std::iter::once(v).chain(std::iter::from_fn(|| local.pop())) {
                         assert!(!std::mem::replace(&mut seen[v as usize], true), "{v} twice");

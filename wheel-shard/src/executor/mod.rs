@@ -201,7 +201,9 @@ impl Executor {
         merged
     }
 
-    pub(crate) fn find_task(&self, index: usize, local: &Worker<Run>) -> Option<Run> {
+    /// The next run for worker `index`: from its own deque, else a batch of up to `batch` from
+    /// the hand-out queues, else a batch stolen from another worker.
+    pub(crate) fn find_task(&self, index: usize, local: &Worker<Run>, batch: usize) -> Option<Run> {
         if let Some(run) = local.pop() {
             return Some(run);
         }
@@ -210,7 +212,7 @@ impl Executor {
         loop {
             let mut retry = false;
             for i in 0..hand_outs {
-                match self.hand_outs[(index + i) % hand_outs].steal_batch_and_pop(local) {
+                match self.hand_outs[(index + i) % hand_outs].steal_batch_and_pop(local, batch) {
                     Steal::Success(run) => return Some(run),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}

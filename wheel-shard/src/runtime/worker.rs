@@ -95,7 +95,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         let next = own
             .ahead
             .pop_front()
-            .or_else(|| executor.find_task(index, &local));
+            .or_else(|| executor.find_task(index, &local, depth(&own)));
         if let Some(run) = next {
             take(core, run, &mut own);
             if own.manual {
@@ -116,18 +116,24 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
 
 /// Tops up the references in hand from the worker's own deque, prefetching their records.
 fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
-    let depth = if own.shallow_for > 0 {
-        own.shallow_for -= 1;
-        SHALLOW
-    } else {
-        DEEP
-    };
+    let depth = depth(own);
+    own.shallow_for = own.shallow_for.saturating_sub(1);
     while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
         if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
             record.prefetch();
         }
         own.ahead.push_back(run);
+    }
+}
+
+/// How many references the worker keeps in hand now (see the module doc), and so how many it
+/// takes from a hand-out queue at once.
+fn depth(own: &WorkerOwn) -> usize {
+    if own.shallow_for > 0 {
+        SHALLOW
+    } else {
+        DEEP
     }
 }
 
