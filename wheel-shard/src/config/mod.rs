@@ -208,12 +208,12 @@ impl Config {
     /// resident from the start; the rings and histograms zeroed, resident as they are used):
     ///
     /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
-    /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer cell of
-    ///   24 bytes per slot in whole segments of 64 Ki, and a wheel place of 52 bytes per timer
-    ///   in whole chunks of 16 Ki — about 76 bytes a timer;
+    /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer record
+    ///   of 64 bytes per slot in whole segments of 64 Ki, and a wheel place of 16 bytes per
+    ///   timer in whole chunks, with room for partly filled ones — about 80 bytes a timer;
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
-    ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096) and its timer table's
-    ///   directory (96 KiB);
+    ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096), its timer table's
+    ///   directory (96 KiB) and its ring of due references for the workers (320 KiB);
     /// - per executor thread, its histograms of lateness, callback time and queue delay
     ///   (3 × 261 KiB).
     ///

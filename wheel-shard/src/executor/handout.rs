@@ -22,12 +22,11 @@
 //! `p`'s lap start (`p & !mask`), "full for `p`" is one more, and freeing moves a cell to the
 //! next lap. A new ring is all zeros.
 
-use std::mem::MaybeUninit;
-
 use crossbeam_deque::{Injector, Steal, Worker};
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use crate::shard::{free_cells, RingCell, RingRefused};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The most references a worker takes at once from the ring (it asks for as many as it keeps
 /// in hand, at most this): enough to keep its prefetch window full, few enough to leave the
@@ -38,14 +37,9 @@ pub(crate) const STEAL_BATCH: u64 = 32;
 /// the overflow queue is needed.
 pub(crate) const HAND_OUT_CELLS: usize = 1 << 13;
 
-struct Cell<T> {
-    sequence: AtomicU64,
-    value: UnsafeCell<MaybeUninit<T>>,
-}
-
 /// The single-producer ring at the heart of [`HandOut`].
 pub(crate) struct HandOutRing<T> {
-    cells: Box<[Cell<T>]>,
+    cells: Box<[RingCell<T>]>,
     mask: u64,
     /// The next position the producer writes. Written by the producer only.
     tail: CachePadded<AtomicU64>,
@@ -61,27 +55,29 @@ unsafe impl<T: Send> Send for HandOutRing<T> {}
 unsafe impl<T: Send> Sync for HandOutRing<T> {}
 
 impl<T> HandOutRing<T> {
-    /// A ring of `capacity` cells (a power of two, at least 2).
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A ring of `capacity` cells (rounded up to a power of two, at least 2), zeroed by the
+    /// allocator; `RingRefused` when the allocator refuses them.
+    pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
         let capacity = capacity.max(2).next_power_of_two();
-        HandOutRing {
-            cells: (0..capacity)
-                .map(|_| Cell {
-                    sequence: AtomicU64::new(0),
-                    value: UnsafeCell::new(MaybeUninit::uninit()),
-                })
-                .collect(),
+        Ok(HandOutRing {
+            cells: free_cells(capacity)?,
             mask: capacity as u64 - 1,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
-        }
+        })
+    }
+
+    /// [`HandOutRing::try_new`] for tests, where the allocator does not refuse.
+    #[cfg(test)]
+    fn new(capacity: usize) -> Self {
+        Self::try_new(capacity).expect("a test ring fits in memory")
     }
 
     fn lap(&self, position: u64) -> u64 {
         position & !self.mask
     }
 
-    fn cell(&self, position: u64) -> &Cell<T> {
+    fn cell(&self, position: u64) -> &RingCell<T> {
         &self.cells[(position & self.mask) as usize]
     }
 
@@ -158,16 +154,17 @@ pub(crate) struct HandOut<T> {
 }
 
 impl<T: Send> HandOut<T> {
-    pub(crate) fn new() -> Self {
-        HandOut {
-            ring: HandOutRing::new(HAND_OUT_CELLS),
+    /// A queue whose ring has [`HAND_OUT_CELLS`] cells, zeroed by the allocator.
+    pub(crate) fn try_new() -> Result<Self, RingRefused> {
+        Ok(HandOut {
+            ring: HandOutRing::try_new(HAND_OUT_CELLS)?,
             overflow: Injector::new(),
-        }
+        })
     }
 
-    /// Bytes a hand-out queue takes while its overflow is empty.
+    /// Bytes a hand-out queue allocates while its overflow is empty.
     pub(crate) fn bytes() -> usize {
-        HAND_OUT_CELLS * std::mem::size_of::<Cell<T>>()
+        HAND_OUT_CELLS * std::mem::size_of::<RingCell<T>>()
     }
 
     /// The shard's tick thread only: queues `value`. Never blocks, never refuses.
@@ -254,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_overflows_and_nothing_is_lost_or_reordered_for_long() {
-        let queue = HandOut::<u64>::new();
+        let queue = HandOut::<u64>::try_new().unwrap();
         let local = Worker::new_fifo();
         let total = HAND_OUT_CELLS as u64 + 100;
         (0..total).for_each(|v| queue.push(v));
@@ -284,7 +281,7 @@ mod tests {
     fn one_producer_many_stealers_lose_nothing() {
         const TOTAL: u64 = 1_000_000;
         const STEALERS: usize = 4;
-        let queue = Arc::new(HandOut::<u64>::new());
+        let queue = Arc::new(HandOut::<u64>::try_new().unwrap());
         let stealers: Vec<_> = (0..STEALERS)
             .map(|_| {
                 let queue = Arc::clone(&queue);
@@ -346,6 +343,11 @@ mod tests {
     }
 
     #[test]
+    fn a_shards_ring_of_runs_is_the_320_kib_the_config_docs_quote() {
+        assert_eq!(HandOut::<crate::executor::Run>::bytes(), 320 << 10);
+    }
+
+    #[test]
     fn drop_releases_values_left_inside() {
         let value = Arc::new(());
         let ring = HandOutRing::new(4);
@@ -368,7 +370,7 @@ mod loom_models {
     #[test]
     fn one_producer_two_stealers() {
         crate::sync::model_bounded(2, || {
-            let ring = Arc::new(HandOutRing::new(2));
+            let ring = Arc::new(HandOutRing::try_new(2).unwrap());
             let stealers: Vec<_> = (0..2)
                 .map(|_| {
                     let ring = Arc::clone(&ring);

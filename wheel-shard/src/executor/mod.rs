@@ -18,7 +18,7 @@ use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
 
-use crate::shard::TimerRef;
+use crate::shard::{RingRefused, TimerRef};
 use crate::stats::new_histogram;
 pub(crate) use durations::Durations;
 use handout::HandOut;
@@ -99,14 +99,17 @@ impl Executor {
     /// The executor for `shards` tick threads and `threads` workers, and the workers' own deques
     /// (one for each worker thread to take).
     /// Callbacks running longer than `slow_callback` are counted and logged.
-    pub(crate) fn new(
+    /// `RingRefused` when the allocator refuses a hand-out ring.
+    pub(crate) fn try_new(
         shards: usize,
         threads: usize,
         slow_callback: Duration,
-    ) -> (Executor, Vec<Worker<Run>>) {
+    ) -> Result<(Executor, Vec<Worker<Run>>), RingRefused> {
         let locals: Vec<Worker<Run>> = (0..threads).map(|_| Worker::new_fifo()).collect();
         let executor = Executor {
-            hand_outs: (0..shards).map(|_| HandOut::new()).collect(),
+            hand_outs: (0..shards)
+                .map(|_| HandOut::try_new())
+                .collect::<Result<_, _>>()?,
             stealers: locals.iter().map(Worker::stealer).collect(),
             workers: (0..threads)
                 .map(|_| CachePadded::new(WorkerStats::new()))
@@ -114,7 +117,7 @@ impl Executor {
             idle: Idle::new(),
             slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
         };
-        (executor, locals)
+        Ok((executor, locals))
     }
 
     /// Queues a due reference from its shard's tick thread (each shard has its own hand-out

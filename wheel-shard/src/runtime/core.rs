@@ -130,7 +130,8 @@ impl Core {
             })
             .collect::<Result<_, ConfigError>>()?;
         let (executor, locals) =
-            Executor::new(config.shards, config.executor_threads, config.slow_callback);
+            Executor::try_new(config.shards, config.executor_threads, config.slow_callback)
+                .map_err(|_| memory::refused(&config, "shards"))?;
         let core = Core {
             tag: next_service_tag(),
             collected: AtomicBool::new(false),

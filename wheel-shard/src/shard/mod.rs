@@ -28,7 +28,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
 pub(crate) use record::{Cancelled, Claim, Moved, Record, GENERATION_BITS};
-pub(crate) use ring::{PendingRing, PushError};
+pub(crate) use ring::{free_cells, Cell as RingCell, PendingRing, PushError, RingRefused};
 pub(crate) use table::TimerTable;
 use wake::TickWaker;
 pub(crate) use wake::{CLEANUP_TICKS, IDLE};

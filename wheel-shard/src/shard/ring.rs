@@ -35,9 +35,11 @@ pub(crate) enum PushError<T> {
     Closed(T),
 }
 
-struct Cell<T> {
-    sequence: AtomicU64,
-    value: UnsafeCell<MaybeUninit<T>>,
+/// A ring cell: its sequence says whose turn it is (see the module doc), and the value. The
+/// executor's hand-out ring uses the same cells and the same counting.
+pub(crate) struct Cell<T> {
+    pub(crate) sequence: AtomicU64,
+    pub(crate) value: UnsafeCell<MaybeUninit<T>>,
 }
 
 pub(crate) struct PendingRing<T> {
@@ -189,12 +191,13 @@ impl<T> PendingRing<T> {
     }
 }
 
-/// `capacity` cells, every one free for lap 0 (sequence 0).
+/// `capacity` cells, every one free for lap 0 (sequence 0), zeroed by the allocator so their
+/// pages cost memory only once they are written.
 #[cfg(not(loom))]
-fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+pub(crate) fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
     let layout = std::alloc::Layout::array::<Cell<T>>(capacity).map_err(|_| RingRefused)?;
-    // SAFETY: the layout's size is not zero: a ring has at least two cells of at least eight
-    // bytes (`cells_for`, the sequence).
+    // SAFETY: the layout's size is not zero: callers ask for at least two cells, of at least
+    // eight bytes each (the sequence).
     let cells = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Cell<T>>();
     if cells.is_null() {
         return Err(RingRefused);
@@ -208,7 +211,7 @@ fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
 
 /// Loom's atomics are not plain integers: its cells are built one by one.
 #[cfg(loom)]
-fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+pub(crate) fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
     Ok((0..capacity)
         .map(|_| Cell {
             sequence: AtomicU64::new(0),
