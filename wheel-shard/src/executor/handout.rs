@@ -18,14 +18,13 @@
 //! handed out is ever refused or waits. Workers take from the ring first (its references are
 //! the older ones), then from the overflow.
 //!
-//! Cell sequences count as in the pending ring (`shard/ring.rs`): "free for position `p`" is
-//! `p`'s lap start (`p & !mask`), "full for `p`" is one more, and freeing moves a cell to the
-//! next lap. A new ring is all zeros.
+//! Its cells and their counting are the pending ring's (`shard/cells.rs`): a cell is "free" or
+//! "full" for a position, and freeing moves it to the next lap. A new ring is all zeros.
 
 use crossbeam_deque::{Injector, Steal, Worker};
 use crossbeam_utils::CachePadded;
 
-use crate::shard::{free_cells, RingCell, RingRefused};
+use crate::shard::{Cells, RingRefused};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The most references a worker takes at once from the ring (it asks for as many as it keeps
@@ -39,8 +38,7 @@ pub(crate) const HAND_OUT_CELLS: usize = 1 << 13;
 
 /// The single-producer ring at the heart of [`HandOut`].
 pub(crate) struct HandOutRing<T> {
-    cells: Box<[RingCell<T>]>,
-    mask: u64,
+    cells: Cells<T>,
     /// The next position the producer writes. Written by the producer only.
     tail: CachePadded<AtomicU64>,
     /// The next position a consumer takes; consumers move it with a CAS.
@@ -58,10 +56,8 @@ impl<T> HandOutRing<T> {
     /// A ring of `capacity` cells (rounded up to a power of two, at least 2), zeroed by the
     /// allocator; `RingRefused` when the allocator refuses them.
     pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
-        let capacity = capacity.max(2).next_power_of_two();
         Ok(HandOutRing {
-            cells: free_cells(capacity)?,
-            mask: capacity as u64 - 1,
+            cells: Cells::try_new(capacity)?,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         })
@@ -73,26 +69,19 @@ impl<T> HandOutRing<T> {
         Self::try_new(capacity).expect("a test ring fits in memory")
     }
 
-    fn lap(&self, position: u64) -> u64 {
-        position & !self.mask
-    }
-
-    fn cell(&self, position: u64) -> &RingCell<T> {
-        &self.cells[(position & self.mask) as usize]
-    }
-
     /// Producer only: appends `value`, or gives it back when the ring is full.
     pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
         let tail = self.tail.load(Ordering::Relaxed);
-        let cell = self.cell(tail);
-        if cell.sequence.load(Ordering::Acquire) != self.lap(tail) {
+        let cell = self.cells.at(tail);
+        if cell.sequence.load(Ordering::Acquire) != self.cells.free_for(tail) {
             // The cell still holds (or is being emptied of) the value of one lap ago.
             return Err(value);
         }
         // SAFETY: the sequence says the consumer of the previous lap has moved its value out
         // (Release, seen by the Acquire above), and only this producer writes cells.
-        cell.value.with_mut(|slot| unsafe { (*slot).write(value) });
-        cell.sequence.store(self.lap(tail) + 1, Ordering::Release);
+        unsafe { cell.write(value) };
+        cell.sequence
+            .store(self.cells.full_for(tail), Ordering::Release);
         self.tail.store(tail + 1, Ordering::Release);
         Ok(())
     }
@@ -104,7 +93,8 @@ impl<T> HandOutRing<T> {
         let mut count = 0;
         while count < limit {
             let position = head + count;
-            if self.cell(position).sequence.load(Ordering::Acquire) != self.lap(position) + 1 {
+            let sequence = self.cells.at(position).sequence.load(Ordering::Acquire);
+            if sequence != self.cells.full_for(position) {
                 break;
             }
             count += 1;
@@ -120,15 +110,13 @@ impl<T> HandOutRing<T> {
             return Steal::Retry;
         }
         for position in head..head + count {
-            let cell = self.cell(position);
+            let cell = self.cells.at(position);
             // SAFETY: the cell was published for this lap (its sequence, read with Acquire
             // before the CAS), and the CAS gave its position to this consumer alone; the
             // producer does not write it again until the Release store below frees it.
-            let value = cell
-                .value
-                .with_mut(|slot| unsafe { (*slot).assume_init_read() });
+            let value = unsafe { cell.take() };
             cell.sequence
-                .store(self.lap(position) + self.mask + 1, Ordering::Release);
+                .store(self.cells.next_lap(position), Ordering::Release);
             take(value);
         }
         Steal::Success(count as usize)
@@ -164,7 +152,7 @@ impl<T: Send> HandOut<T> {
 
     /// Bytes a hand-out queue allocates while its overflow is empty.
     pub(crate) fn bytes() -> usize {
-        HAND_OUT_CELLS * std::mem::size_of::<RingCell<T>>()
+        Cells::<T>::bytes_for(HAND_OUT_CELLS)
     }
 
     /// The shard's tick thread only: queues `value`. Never blocks, never refuses.

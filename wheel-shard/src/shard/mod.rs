@@ -14,6 +14,7 @@
 //! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
 //! [`TickWaker`] holds that handshake, and its loom models check it.
 
+mod cells;
 mod record;
 mod ring;
 mod table;
@@ -27,8 +28,9 @@ use crossbeam_deque::Injector;
 use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
+pub(crate) use cells::{Cells, RingRefused};
 pub(crate) use record::{Cancelled, Claim, Moved, Record, GENERATION_BITS};
-pub(crate) use ring::{free_cells, Cell as RingCell, PendingRing, PushError, RingRefused};
+pub(crate) use ring::{PendingRing, PushError};
 pub(crate) use table::TimerTable;
 use wake::TickWaker;
 pub(crate) use wake::{CLEANUP_TICKS, IDLE};

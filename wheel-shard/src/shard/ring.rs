@@ -8,25 +8,18 @@
 //! for the next lap, `p + capacity`. A full ring shows up as a cell still holding the previous
 //! lap, so `try_push` fails at once instead of blocking.
 //!
-//! A cell's sequence counts from the cell's own index: "free for `p`" is `lap(p)`, the position
-//! the lap of `p` starts at, and "full for `p`" is `lap(p) + 1`. Every cell of a new ring is
-//! free for lap 0, so a new ring is all zero bytes: it comes zeroed from the allocator, and its
-//! pages cost memory only once a burst reaches them. A generous ring is cheap until it is used.
+//! The cells and their counting are `cells.rs`'s: a new ring is all zero bytes, so its pages
+//! cost memory only once a burst reaches them, and a generous ring is cheap until it is used.
 //!
 //! Closing sets the top bit of `tail`, so no claim succeeds afterwards, while every claim made
 //! before is still published and drained: nothing pushed successfully is ever lost.
 
-use std::mem::MaybeUninit;
-
 use crossbeam_utils::{Backoff, CachePadded};
 
-use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+use super::cells::{Cells, RingRefused};
+use crate::sync::{spin_wait, AtomicU64, Ordering};
 
 const CLOSED: u64 = 1 << 63;
-
-/// The allocator refused a ring's cells (or their size overflows).
-#[derive(Debug)]
-pub(crate) struct RingRefused;
 
 /// Why a push did not happen; the value comes back to the caller.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,16 +28,8 @@ pub(crate) enum PushError<T> {
     Closed(T),
 }
 
-/// A ring cell: its sequence says whose turn it is (see the module doc), and the value. The
-/// executor's hand-out ring uses the same cells and the same counting.
-pub(crate) struct Cell<T> {
-    pub(crate) sequence: AtomicU64,
-    pub(crate) value: UnsafeCell<MaybeUninit<T>>,
-}
-
 pub(crate) struct PendingRing<T> {
-    cells: Box<[Cell<T>]>,
-    mask: u64,
+    cells: Cells<T>,
     /// The next position to claim, with [`CLOSED`] once closed. Its count is every push ever.
     tail: CachePadded<AtomicU64>,
     /// The next position to take. Written by the consumer only.
@@ -68,28 +53,16 @@ impl<T> PendingRing<T> {
     /// [`PendingRing::new`] that reports an allocation the allocator refuses instead of
     /// aborting (a ring is one allocation, up to gigabytes with a large `ring_capacity`).
     pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
-        let capacity = Self::cells_for(capacity);
         Ok(PendingRing {
-            cells: free_cells(capacity)?,
-            mask: capacity as u64 - 1,
+            cells: Cells::try_new(capacity)?,
             tail: CachePadded::new(AtomicU64::new(0)),
             head: CachePadded::new(AtomicU64::new(0)),
         })
     }
 
-    /// Where the lap of `position` starts: the sequence that says "free for `position`".
-    fn lap(&self, position: u64) -> u64 {
-        position & !self.mask
-    }
-
-    /// Cells in a ring asked for `capacity`.
-    fn cells_for(capacity: usize) -> usize {
-        capacity.max(2).next_power_of_two()
-    }
-
     /// Bytes a ring asked for `capacity` allocates for its cells.
     pub(crate) fn bytes_for(capacity: usize) -> usize {
-        Self::cells_for(capacity).saturating_mul(std::mem::size_of::<Cell<T>>())
+        Cells::<T>::bytes_for(capacity)
     }
 
     #[cfg(all(test, not(loom)))]
@@ -104,9 +77,9 @@ impl<T> PendingRing<T> {
             if tail & CLOSED != 0 {
                 return Err(PushError::Closed(value));
             }
-            let cell = &self.cells[(tail & self.mask) as usize];
+            let cell = self.cells.at(tail);
             let sequence = cell.sequence.load(Ordering::Acquire);
-            let lap = self.lap(tail);
+            let lap = self.cells.free_for(tail);
             if sequence == lap {
                 // SeqCst: a producer that then reads the shard's planned wake-up must not miss a
                 // tick thread that is about to sleep (see `Shard::nudge`).
@@ -120,8 +93,9 @@ impl<T> PendingRing<T> {
                         // SAFETY: the CAS gave this thread position `tail`, and the sequence said
                         // the consumer has finished with the cell, so no one else touches it
                         // until the Release store below hands it to the consumer.
-                        cell.value.with_mut(|slot| unsafe { (*slot).write(value) });
-                        cell.sequence.store(lap + 1, Ordering::Release);
+                        unsafe { cell.write(value) };
+                        cell.sequence
+                            .store(self.cells.full_for(tail), Ordering::Release);
                         return Ok(());
                     }
                     Err(current) => tail = current,
@@ -138,18 +112,16 @@ impl<T> PendingRing<T> {
     /// Takes the oldest value, if it has been published. Consumer only.
     pub(crate) fn pop(&self) -> Option<T> {
         let head = self.head.load(Ordering::Relaxed);
-        let cell = &self.cells[(head & self.mask) as usize];
-        let lap = self.lap(head);
-        if cell.sequence.load(Ordering::Acquire) != lap + 1 {
+        let cell = self.cells.at(head);
+        if cell.sequence.load(Ordering::Acquire) != self.cells.full_for(head) {
             return None;
         }
-        // SAFETY: sequence `head + 1` means the producer of position `head` wrote the value and
+        // SAFETY: "full for `head`" means the producer of position `head` wrote the value and
         // published it with Release, which our Acquire load saw; only the single consumer reads
         // a published cell, once, and it frees the cell only after moving the value out.
-        let value = cell
-            .value
-            .with_mut(|slot| unsafe { (*slot).assume_init_read() });
-        cell.sequence.store(lap + self.mask + 1, Ordering::Release);
+        let value = unsafe { cell.take() };
+        cell.sequence
+            .store(self.cells.next_lap(head), Ordering::Release);
         self.head.store(head + 1, Ordering::Release);
         Some(value)
     }
@@ -189,35 +161,6 @@ impl<T> PendingRing<T> {
         let tail = self.tail.load(Ordering::SeqCst) & !CLOSED;
         tail == self.head.load(Ordering::Relaxed)
     }
-}
-
-/// `capacity` cells, every one free for lap 0 (sequence 0), zeroed by the allocator so their
-/// pages cost memory only once they are written.
-#[cfg(not(loom))]
-pub(crate) fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
-    let layout = std::alloc::Layout::array::<Cell<T>>(capacity).map_err(|_| RingRefused)?;
-    // SAFETY: the layout's size is not zero: callers ask for at least two cells, of at least
-    // eight bytes each (the sequence).
-    let cells = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Cell<T>>();
-    if cells.is_null() {
-        return Err(RingRefused);
-    }
-    // SAFETY: `cells` is a fresh allocation of `layout`, an array of `capacity` cells, so the
-    // box owns it and frees it with the same layout. All-zero bytes are a valid cell: a
-    // sequence of 0 (`AtomicU64` has the layout of `u64`) and an uninitialised value (an
-    // `UnsafeCell<MaybeUninit<T>>` may hold any bytes).
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, capacity)) })
-}
-
-/// Loom's atomics are not plain integers: its cells are built one by one.
-#[cfg(loom)]
-pub(crate) fn free_cells<T>(capacity: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
-    Ok((0..capacity)
-        .map(|_| Cell {
-            sequence: AtomicU64::new(0),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
-        })
-        .collect())
 }
 
 impl<T> Drop for PendingRing<T> {

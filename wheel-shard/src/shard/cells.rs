@@ -1,0 +1,135 @@
+//! [`Cells`]: the cell array both bounded rings are built on (the pending ring, `ring.rs`, and
+//! the executor's hand-out ring), and the counting that says whose turn a cell is.
+//!
+//! Every cell carries a sequence number that counts from the cell's own index. The cell of
+//! position `p` (at index `p mod capacity`) is "free for `p`" while its sequence is the
+//! position the lap of `p` starts at ([`Cells::free_for`]), and "full for `p`" at one more
+//! ([`Cells::full_for`]); whoever moves the value out frees the cell for `p + capacity`
+//! ([`Cells::next_lap`]). A cell that still says "full" for the previous lap is a full ring.
+//! Every cell of a new array is free for lap 0, so a new array is all zero bytes: it comes
+//! zeroed from the allocator, and its pages cost memory only once values reach them.
+
+use std::mem::MaybeUninit;
+
+use crate::sync::{AtomicU64, UnsafeCell};
+
+/// The allocator refused a ring's cells (or their size overflows).
+#[derive(Debug)]
+pub(crate) struct RingRefused;
+
+/// One cell: its sequence (see the module doc) and its value.
+pub(crate) struct Cell<T> {
+    pub(crate) sequence: AtomicU64,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T> Cell<T> {
+    /// Puts `value` in the cell.
+    ///
+    /// # Safety
+    /// The caller holds the cell: its sequence said "free" for a position this caller alone
+    /// claimed (read with Acquire), and no one reads the value before the caller publishes it.
+    #[inline]
+    pub(crate) unsafe fn write(&self, value: T) {
+        // SAFETY: the caller holds the cell (see above), so this is the only access.
+        self.value.with_mut(|slot| unsafe { (*slot).write(value) });
+    }
+
+    /// Moves the value out of the cell.
+    ///
+    /// # Safety
+    /// The cell holds a value published for a position this caller alone claimed (its "full"
+    /// sequence read with Acquire), and the caller frees the cell only after this returns.
+    #[inline]
+    pub(crate) unsafe fn take(&self) -> T {
+        // SAFETY: the value was written and published (see above), and only this caller
+        // moves it out, once.
+        self.value
+            .with_mut(|slot| unsafe { (*slot).assume_init_read() })
+    }
+}
+
+/// A power-of-two array of [`Cell`]s, every one free for lap 0.
+pub(crate) struct Cells<T> {
+    cells: Box<[Cell<T>]>,
+    mask: u64,
+}
+
+impl<T> Cells<T> {
+    /// Cells for a ring asked for `capacity`, rounded up to a power of two (at least 2);
+    /// `RingRefused` when the allocator refuses them.
+    pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
+        let count = Self::count_for(capacity);
+        Ok(Cells {
+            cells: free_cells(count)?,
+            mask: count as u64 - 1,
+        })
+    }
+
+    /// Cells in a ring asked for `capacity`.
+    pub(crate) fn count_for(capacity: usize) -> usize {
+        capacity.max(2).next_power_of_two()
+    }
+
+    /// Bytes the cells of a ring asked for `capacity` take.
+    pub(crate) fn bytes_for(capacity: usize) -> usize {
+        Self::count_for(capacity).saturating_mul(std::mem::size_of::<Cell<T>>())
+    }
+
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The cell of `position`.
+    #[inline]
+    pub(crate) fn at(&self, position: u64) -> &Cell<T> {
+        &self.cells[(position & self.mask) as usize]
+    }
+
+    /// The sequence that says "free for `position`": where its lap starts.
+    #[inline]
+    pub(crate) fn free_for(&self, position: u64) -> u64 {
+        position & !self.mask
+    }
+
+    /// The sequence that says "full for `position`".
+    #[inline]
+    pub(crate) fn full_for(&self, position: u64) -> u64 {
+        self.free_for(position) + 1
+    }
+
+    /// The sequence that frees the cell of `position` for the next lap.
+    #[inline]
+    pub(crate) fn next_lap(&self, position: u64) -> u64 {
+        self.free_for(position) + self.mask + 1
+    }
+}
+
+/// `count` cells, every one free for lap 0 (sequence 0), zeroed by the allocator.
+#[cfg(not(loom))]
+fn free_cells<T>(count: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+    let layout = std::alloc::Layout::array::<Cell<T>>(count).map_err(|_| RingRefused)?;
+    // SAFETY: the layout's size is not zero: there are at least two cells (`count_for`), of at
+    // least eight bytes each (the sequence).
+    let cells = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Cell<T>>();
+    if cells.is_null() {
+        return Err(RingRefused);
+    }
+    // SAFETY: `cells` is a fresh allocation of `layout`, an array of `count` cells, so the box
+    // owns it and frees it with the same layout. All-zero bytes are a valid cell: a sequence
+    // of 0 (`AtomicU64` has the layout of `u64`) and an uninitialised value (an
+    // `UnsafeCell<MaybeUninit<T>>` may hold any bytes).
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, count)) })
+}
+
+/// Loom's atomics are not plain integers: its cells are built one by one.
+#[cfg(loom)]
+fn free_cells<T>(count: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+    Ok((0..count)
+        .map(|_| Cell {
+            sequence: AtomicU64::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        })
+        .collect())
+}
