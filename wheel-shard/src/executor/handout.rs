@@ -73,7 +73,8 @@ impl<T> HandOutRing<T> {
     pub(crate) fn try_push(&self, value: T) -> Result<(), T> {
         let tail = self.tail.load(Ordering::Relaxed);
         let cell = self.cells.at(tail);
-        if cell.sequence.load(Ordering::Acquire) != self.cells.free_for(tail) {
+        let free = self.cells.free_for(tail);
+        if cell.sequence.load(Ordering::Acquire) != free {
             // The cell still holds (or is being emptied of) the value of one lap ago.
             return Err(value);
         }
@@ -81,7 +82,7 @@ impl<T> HandOutRing<T> {
         // (Release, seen by the Acquire above), and only this producer writes cells.
         unsafe { cell.write(value) };
         cell.sequence
-            .store(self.cells.full_for(tail), Ordering::Release);
+            .store(Cells::<T>::full_after(free), Ordering::Release);
         self.tail.store(tail + 1, Ordering::Release);
         Ok(())
     }

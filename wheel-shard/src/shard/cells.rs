@@ -96,7 +96,14 @@ impl<T> Cells<T> {
     /// The sequence that says "full for `position`".
     #[inline]
     pub(crate) fn full_for(&self, position: u64) -> u64 {
-        self.free_for(position) + 1
+        Self::full_after(self.free_for(position))
+    }
+
+    /// The sequence that says "full" for the position whose "free" sequence is `free`: a
+    /// producer that has just read `free` publishes with this, without working it out again.
+    #[inline]
+    pub(crate) fn full_after(free: u64) -> u64 {
+        free + 1
     }
 
     /// The sequence that frees the cell of `position` for the next lap.

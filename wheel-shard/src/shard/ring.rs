@@ -95,7 +95,7 @@ impl<T> PendingRing<T> {
                         // until the Release store below hands it to the consumer.
                         unsafe { cell.write(value) };
                         cell.sequence
-                            .store(self.cells.full_for(tail), Ordering::Release);
+                            .store(Cells::<T>::full_after(lap), Ordering::Release);
                         return Ok(());
                     }
                     Err(current) => tail = current,
