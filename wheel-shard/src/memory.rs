@@ -17,9 +17,9 @@ use crate::shard::{PendingRing, Placement, Shard, TimerRef, TimerTable};
 use crate::Config;
 
 /// The share of the machine's memory the service may take up front: half. That memory is
-/// resident from `new` on (or once a burst fills the rings), before a single task is stored; the timers that fill it bring their
-/// tasks, and the application around them needs room too. Past half, the service is the likely
-/// victim of the OOM killer once it is busy.
+/// resident from `new` on (or once a burst fills the rings), before a single task is stored;
+/// the timers that fill it bring their tasks, and the application around them needs room too.
+/// Past half, the service is the likely victim of the OOM killer once it is busy.
 const MACHINE_SHARE_DIVISOR: u64 = 2;
 
 /// The parts of [`Config::memory_estimate`], each with the field that sizes it most directly.
