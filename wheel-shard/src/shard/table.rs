@@ -51,30 +51,61 @@ pub(crate) struct TimerTable {
     store: Arc<FreeStore>,
 }
 
-/// Batches of free slots.
+/// Batches of free slots, shared by every thread, and the buffers of batches already taken.
+///
+/// A batch's buffer is kept when its slots are taken and filled again by the next thread that
+/// hands a batch back, so free slots move between threads without an allocation: a buffer
+/// allocated by one thread and freed by another made the allocator fault in fresh pages for
+/// the threads that end timers, over and over. The buffers kept number at most the batches
+/// the store ever held at once: 4 bytes for every slot that was once free at the same time.
 #[derive(Default)]
 struct FreeStore {
-    batches: Mutex<Vec<Vec<u32>>>,
+    batches: Mutex<Batches>,
+}
+
+#[derive(Default)]
+struct Batches {
+    full: Vec<Vec<u32>>,
+    /// Emptied buffers, `BATCH` slots each.
+    spare: Vec<Vec<u32>>,
 }
 
 impl FreeStore {
-    fn put(&self, batch: Vec<u32>) {
-        if !batch.is_empty() {
-            self.batches
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(batch);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Batches> {
+        self.batches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `slots` to the store, in batches of at most [`BATCH`].
+    fn put(&self, slots: &[u32]) {
+        for slots in slots.chunks(BATCH) {
+            let spare = self.lock().spare.pop();
+            // Allocated outside the lock, in the rare case there is no spare buffer.
+            let mut batch = spare.unwrap_or_else(|| Vec::with_capacity(BATCH));
+            batch.extend_from_slice(slots);
+            self.lock().full.push(batch);
         }
     }
 
-    fn take(&self) -> Option<Vec<u32>> {
-        self.batches.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    /// Moves one batch onto the end of `into`; false when the store is empty.
+    fn take_into(&self, into: &mut Vec<u32>) -> bool {
+        let mut batches = self.lock();
+        let Some(mut batch) = batches.full.pop() else {
+            return false;
+        };
+        into.extend_from_slice(&batch);
+        batch.clear();
+        batches.spare.push(batch);
+        true
     }
 
     #[cfg(all(test, not(loom)))]
     fn len(&self) -> usize {
-        let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
-        batches.iter().map(Vec::len).sum()
+        self.lock().full.iter().map(Vec::len).sum()
+    }
+
+    #[cfg(all(test, not(loom)))]
+    fn spare(&self) -> usize {
+        self.lock().spare.len()
     }
 }
 
@@ -98,7 +129,7 @@ struct Caches {
 impl Drop for Cache {
     fn drop(&mut self) {
         if let Some(store) = self.store.upgrade() {
-            store.put(std::mem::take(&mut self.slots));
+            store.put(&self.slots);
         }
     }
 }
@@ -217,7 +248,7 @@ impl TimerTable {
         let mut batch = Vec::new();
         self.refill(&mut batch)?;
         let slot = batch.pop().expect("a refill brings slots");
-        self.store.put(batch);
+        self.store.put(&batch);
         Ok(slot)
     }
 
@@ -229,12 +260,12 @@ impl TimerTable {
             let cache = self.cache(&mut caches);
             cache.slots.push(slot);
             if cache.slots.len() >= 2 * BATCH {
-                let batch = cache.slots.split_off(BATCH);
-                self.store.put(batch);
+                self.store.put(&cache.slots[BATCH..]);
+                cache.slots.truncate(BATCH);
             }
         });
         if cached.is_err() {
-            self.store.put(vec![slot]);
+            self.store.put(&[slot]);
         }
     }
 
@@ -244,18 +275,18 @@ impl TimerTable {
     /// the cache then runs dry and the claim reports it.
     #[cold]
     fn top_up(&self, slots: &mut Vec<u32>) {
-        let mut batch = Vec::new();
-        if self.refill(&mut batch).is_ok() {
-            batch.extend_from_slice(slots);
-            *slots = batch;
+        let left = slots.len();
+        if self.refill(slots).is_ok() {
+            // Claims pop from the end: the slots left go there, above the batch.
+            slots.rotate_left(left);
         }
     }
 
-    /// Refills the empty `slots` with a batch from the store, or else a block of fresh slots.
+    /// Adds a batch from the store to `slots`, or else a block of fresh slots. A cache's
+    /// buffer has room for it (see [`TimerTable::release`]), so this never allocates.
     fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
-        match self.store.take() {
-            Some(batch) => *slots = batch,
-            None => self.claim_fresh(slots)?,
+        if !self.store.take_into(slots) {
+            self.claim_fresh(slots)?;
         }
         Ok(())
     }
@@ -431,6 +462,37 @@ mod tests {
             "mostly the released ones"
         );
         assert_eq!(table.high_water(), high, "no fresh slot needed");
+    }
+
+    /// A batch taken from the store leaves its buffer there, and the next batch handed back
+    /// fills that buffer: slots move between threads without allocating once buffers exist.
+    #[test]
+    fn emptied_batch_buffers_are_filled_again() {
+        let table = Arc::new(TimerTable::new());
+        let ender = |slots: Vec<u32>| {
+            let table = Arc::clone(&table);
+            std::thread::spawn(move || slots.into_iter().for_each(|slot| table.release(slot)))
+                .join()
+                .unwrap()
+        };
+        let claimed: Vec<u32> = (0..4 * BATCH).map(|_| table.claim().unwrap()).collect();
+        ender(claimed);
+        let full = table.stored().div_ceil(BATCH);
+        assert!(full >= 4, "{full} batches stored");
+        assert_eq!(table.store.spare(), 0);
+        let claimed: Vec<u32> = (0..4 * BATCH).map(|_| table.claim().unwrap()).collect();
+        let spare = table.store.spare();
+        assert!(spare >= 4, "every batch taken leaves its buffer: {spare}");
+        ender(claimed);
+        assert!(
+            table.store.spare() < spare,
+            "the batches handed back fill the kept buffers"
+        );
+        let capacity = CACHES.with(|caches| {
+            let caches = caches.borrow();
+            caches.list.iter().map(|c| c.slots.capacity()).max()
+        });
+        assert_eq!(capacity, Some(2 * BATCH), "the cache never grew its buffer");
     }
 
     /// A cache about to run dry takes the next batch under the slots it has left, so the
