@@ -1,0 +1,208 @@
+//! The plain user loop of issue 12 beside this machine's floor for it, measured in one run.
+//!
+//! The loop is what an application writes: one producer thread, for each timer
+//! `let intended = Instant::now() + delay; service.schedule(delay, move || record(j, intended))`,
+//! a 24-byte closure. Each round schedules every timer, then waits until all have fired; round
+//! 0 is a warm-up (the service's records and wheels grow), the rounds after it are warm.
+//!
+//! The floor is the same loop with `schedule` replaced by the least a schedule can do on this
+//! machine, built up in three steps, each timed on its own:
+//! - `user`: the loop's own work, the caller's clock read and the closure, nothing scheduled;
+//! - `+ clock`: one more monotonic clock read, the one `schedule(Duration)` needs for "now";
+//! - `+ record`: a 64-byte record written (read, then 48 bytes and a state word stored) at a
+//!   random place among as many records as there are timers, prefetched 16 timers ahead,
+//!   after another thread has written every record, as a worker does when it fires a timer.
+//!
+//! ```text
+//! cargo run --release -p wheel-bench --example user_loop -- [TIMERS] [ROUNDS] [SPREAD_MS]
+//! ```
+//!
+//! It exits non-zero if a timer fired early or went missing.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wheel_shard::{Config, TimerService};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+static FIRED: AtomicU64 = AtomicU64::new(0);
+static EARLY: AtomicU64 = AtomicU64::new(0);
+
+/// How many timers ahead the floor's record write is prefetched, as the service's claims are.
+const PREFETCH_AHEAD: usize = 16;
+
+/// The callback: counts the timer, and counts it early if it runs before its intended time.
+#[inline(never)]
+fn record(j: u64, intended: Instant) {
+    if Instant::now() < intended {
+        EARLY.fetch_add(1, Ordering::Relaxed);
+    }
+    black_box(j);
+    FIRED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Timer `j`'s delay: 200 ms plus a pseudo-random part of `spread`.
+fn delay(j: u64, spread: Duration) -> Duration {
+    let spread_us = spread.as_micros().max(1) as u64;
+    Duration::from_micros(200_000 + (j.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % spread_us)
+}
+
+/// One record's cache line.
+#[repr(C, align(64))]
+struct Line {
+    word: AtomicU64,
+    rest: [AtomicU64; 7],
+}
+
+/// A pseudo-random order of `n` records (Fisher–Yates with xorshift).
+fn shuffled(n: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+#[inline(always)]
+fn prefetch(line: &Line) {
+    // The same hint the service's claims give (`Record::prefetch_for_write`).
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+        // SAFETY: a prefetch never faults and changes no memory; the address is that of a
+        // live reference. SSE is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_ET0>((line as *const Line).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    black_box(line);
+}
+
+/// Which steps of the floor a loop does (see the module doc).
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+enum Floor {
+    User,
+    Clock,
+    Record,
+}
+
+/// Runs the floor loop up to `step` over `n` timers; returns its wall time.
+fn floor(step: Floor, n: u64, spread: Duration, lines: &[Line], order: &[u32]) -> Duration {
+    let start = Instant::now();
+    for j in 0..n {
+        let delay = delay(j, spread);
+        let intended = Instant::now() + delay;
+        let task = move || record(j, intended);
+        if step >= Floor::Clock {
+            black_box(Instant::now());
+        }
+        if step >= Floor::Record {
+            let i = j as usize;
+            if let Some(&ahead) = order.get(i + PREFETCH_AHEAD) {
+                prefetch(&lines[ahead as usize]);
+            }
+            let line = &lines[order[i] as usize];
+            let word = line.word.load(Ordering::Acquire);
+            line.rest[..6]
+                .iter()
+                .for_each(|part| part.store(word ^ j, Ordering::Relaxed));
+            line.word.store(word + 1, Ordering::Release);
+        }
+        let _task = black_box(task);
+    }
+    start.elapsed()
+}
+
+/// Another thread writes every record, as the workers do when the timers fire.
+fn written_elsewhere(lines: &[Line]) {
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for line in lines {
+                line.word
+                    .store(line.word.load(Ordering::Relaxed) + 1, Ordering::Release);
+            }
+        });
+    });
+}
+
+/// The user loop over `n` timers; returns its wall time.
+fn user_loop(service: &TimerService, n: u64, spread: Duration) -> Duration {
+    let start = Instant::now();
+    for j in 0..n {
+        let delay = delay(j, spread);
+        let intended = Instant::now() + delay;
+        service
+            .schedule(delay, move || record(j, intended))
+            .expect("the service takes every timer");
+    }
+    start.elapsed()
+}
+
+fn arg<T: std::str::FromStr>(index: usize, default: T) -> T {
+    std::env::args()
+        .nth(index)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn ns_per(took: Duration, n: u64) -> f64 {
+    took.as_nanos() as f64 / n as f64
+}
+
+fn main() {
+    let n: u64 = arg(1, 10_000_000);
+    let rounds: usize = arg(2, 4);
+    let spread = Duration::from_millis(arg(3, 10_000));
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    println!(
+        "user loop: {n} timers over {spread:?} from one producer, 24-byte closure, schedule(Duration); {cores} cores"
+    );
+    let service = TimerService::new(Config::default()).expect("the default config is valid");
+    let lines: Vec<Line> = (0..n)
+        .map(|_| Line {
+            word: AtomicU64::new(0),
+            rest: Default::default(),
+        })
+        .collect();
+    let order = shuffled(n as usize);
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let took = user_loop(&service, n, spread);
+        while service.pending() > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let user = floor(Floor::User, n, spread, &lines, &order);
+        let clock = floor(Floor::Clock, n, spread, &lines, &order);
+        written_elsewhere(&lines);
+        let record = floor(Floor::Record, n, spread, &lines, &order);
+        let label = if round == 0 { "warm-up" } else { "warm" };
+        println!(
+            "round {round} ({label}): loop {took:.2?} = {:.1} ns/timer; floor {record:.2?} = {:.1} ns/timer (user {:.1}, + clock {:.1}, + record {:.1}); loop / floor {:.2}",
+            ns_per(took, n),
+            ns_per(record, n),
+            ns_per(user, n),
+            ns_per(clock, n),
+            ns_per(record, n),
+            took.as_secs_f64() / record.as_secs_f64(),
+        );
+        if round > 0 {
+            ratios.push(took.as_secs_f64() / record.as_secs_f64());
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    if let Some(median) = ratios.get(ratios.len() / 2) {
+        println!("median loop / floor over the warm rounds: {median:.2}");
+    }
+    drop(service);
+    let (fired, early) = (FIRED.load(Ordering::SeqCst), EARLY.load(Ordering::SeqCst));
+    println!("fired {fired} of {}, early {early}", n * rounds as u64);
+    if early != 0 || fired != n * rounds as u64 {
+        std::process::exit(1);
+    }
+}
