@@ -144,6 +144,12 @@ impl Record {
         }
     }
 
+    /// Writes the record without changing it, so that the page it lies on is resident (a
+    /// zeroed page that was only read would map the kernel's shared zero page).
+    pub(crate) fn fault_in(&self) {
+        self.word.fetch_or(0, Ordering::Relaxed);
+    }
+
     /// A fresh record whose first timer gets generation `gen` (tests of the wrap-around).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn at_generation(gen: u64) -> Self {
@@ -479,6 +485,17 @@ mod tests {
     fn a_record_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Record>(), 64);
         assert_eq!(std::mem::align_of::<Record>(), 64);
+    }
+
+    /// The table hands out zeroed memory as fresh records: `new` must write nothing but zeros
+    /// (the task's bytes are uninitialized either way).
+    #[test]
+    fn a_fresh_record_is_all_zeros() {
+        let record = Record::new();
+        assert_eq!(FREE, 0);
+        assert_eq!(record.word.load(Ordering::Relaxed), 0);
+        assert_eq!(record.deadline.load(Ordering::Relaxed), 0);
+        assert_eq!(record.ticket.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! free slots that come back to the threads that schedule.
 //!
 //! Records never move, so any thread reaches one from an id in O(1) without a lock: the table
-//! is a fixed directory of 64 Ki-record segments, each allocated on first use (or up front for
-//! `Config::capacity`), so a small service stays small, a big one never copies, and no single
-//! allocation stalls a producer for long.
+//! is a fixed directory of 512 Ki-record segments, each allocated on first use, so a big
+//! service never copies. A segment comes zeroed, which is what a fresh record is, so its pages
+//! become resident only as its records are first written (fresh slots go out lowest first):
+//! a small service stays small, and no allocation writes a whole segment while a producer
+//! waits. For `Config::capacity` the pages are written up front instead.
 //!
 //! Free slots travel in batches. Every thread keeps a small cache of free slots per shard: a
 //! producer takes its slots from there, and a thread that ends a timer (a worker that fired
@@ -14,8 +16,8 @@
 //! timers, not once per timer, and a slot usually goes back to a thread whose cache has just
 //! seen its record. A thread's cache goes back to the store when the thread ends.
 
+use std::alloc::Layout;
 use std::cell::RefCell;
-use std::collections::TryReserveError;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -23,10 +25,17 @@ use crossbeam_utils::CachePadded;
 
 use super::record::Record;
 
-const SEGMENT_BITS: u32 = 16;
+/// Records per segment: 512 Ki, 32 MiB. Large, because an allocator may round a large
+/// allocation up to whole huge pages and keep the remainder resident (mimalloc kept 1.08 ×
+/// a 4 MiB segment's bytes, 5 bytes per timer at 10 M), and the remainder is relatively
+/// smaller the larger the allocation; pages beyond the records in use are never touched.
+const SEGMENT_BITS: u32 = 19;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
-/// 4 Ki segments of 64 Ki records: 2^28 (268 million) timers per shard at once.
-const SEGMENTS: usize = 1 << 12;
+/// 512 segments of 512 Ki records: 2^28 (268 million) timers per shard at once.
+const SEGMENTS: usize = 1 << 9;
+/// Records on one 4 KiB page: [`TimerTable::try_reserve`] writes one of each to fault the
+/// page in.
+const RECORDS_PER_PAGE: usize = 4096 / std::mem::size_of::<Record>();
 /// One past the highest slot a shard hands out.
 const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
@@ -151,17 +160,42 @@ fn next_table_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A segment of fresh records, written whole.
-fn new_segment() -> Box<[Record]> {
-    (0..SEGMENT_LEN).map(|_| Record::new()).collect()
+/// A segment's memory layout.
+fn segment_layout() -> Layout {
+    Layout::array::<Record>(SEGMENT_LEN).expect("a segment's size fits in an isize")
 }
 
-/// [`new_segment`] that reports an allocation failure instead of aborting.
-fn try_new_segment() -> Result<Box<[Record]>, TryReserveError> {
+/// A segment of fresh records.
+fn new_segment() -> Box<[Record]> {
+    try_new_segment().unwrap_or_else(|| std::alloc::handle_alloc_error(segment_layout()))
+}
+
+/// [`new_segment`] that reports an allocation failure (`None`) instead of aborting.
+///
+/// The memory comes zeroed: a zeroed record is a fresh one (`Record::new` writes only zeros,
+/// a test pins that), and a zeroed allocation of this size is fresh memory from the OS, whose
+/// pages become resident only when a record on them is first written.
+#[cfg(not(loom))]
+fn try_new_segment() -> Option<Box<[Record]>> {
+    let layout = segment_layout();
+    // SAFETY: the layout's size is not zero.
+    let start = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Record>();
+    if start.is_null() {
+        return None;
+    }
+    // SAFETY: `start` is an allocation of `layout`, room for `SEGMENT_LEN` records, every
+    // byte of it zero, and all-zero bytes are a valid `Record` (the one `Record::new`
+    // makes); a `Box<[Record]>` of that length frees it with this same layout.
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(start, SEGMENT_LEN)) })
+}
+
+/// Under loom a record's atomics are loom's, which zeros do not make: written one by one.
+#[cfg(loom)]
+fn try_new_segment() -> Option<Box<[Record]>> {
     let mut records = Vec::new();
-    records.try_reserve_exact(SEGMENT_LEN)?;
+    records.try_reserve_exact(SEGMENT_LEN).ok()?;
     records.extend((0..SEGMENT_LEN).map(|_| Record::new()));
-    Ok(records.into_boxed_slice())
+    Some(records.into_boxed_slice())
 }
 
 /// (segment, offset within it) of `slot`.
@@ -175,6 +209,10 @@ fn locate(slot: u32) -> (usize, usize) {
 /// The table ran out of its 2^28 slots (268 million live timers in one shard).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
+
+/// The allocator refused a segment's memory.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SegmentRefused;
 
 impl TimerTable {
     pub(crate) fn new() -> Self {
@@ -193,12 +231,11 @@ impl TimerTable {
         }
     }
 
-    /// Bytes a new table takes, with the segments of its first `slots` slots created (see
-    /// [`TimerTable::try_reserve`]).
+    /// Resident bytes a new table takes once [`TimerTable::try_reserve`]`(slots)` has written
+    /// the records of its first `slots` slots: the directory and those records.
     pub(crate) fn bytes_for(slots: usize) -> usize {
         let directory = SEGMENTS * std::mem::size_of::<OnceLock<Box<[Record]>>>();
-        let segments = slots.div_ceil(SEGMENT_LEN).min(SEGMENTS);
-        directory + segments * SEGMENT_LEN * std::mem::size_of::<Record>()
+        directory + slots.min(SLOTS as usize) * std::mem::size_of::<Record>()
     }
 
     /// The record of `slot`, if that slot was ever handed out.
@@ -343,15 +380,27 @@ impl TimerTable {
         Ok(())
     }
 
-    /// Creates the segments for the first `slots` slots now (`Config::capacity`), so producers
-    /// do not create and fault them in during a burst. An allocation the allocator refuses
-    /// comes back as an error (the segments made before it stay) rather than aborting.
-    pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), TryReserveError> {
-        for segment in self.segments.iter().take(slots.div_ceil(SEGMENT_LEN)) {
+    /// Creates the segments for the first `slots` slots now (`Config::capacity`) and writes a
+    /// record on every page of those slots, so producers do not create segments and fault
+    /// pages in during a burst. An allocation the allocator refuses comes back as an error
+    /// (the segments made before it stay) rather than aborting.
+    pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), SegmentRefused> {
+        let slots = slots.min(self.limit as usize);
+        for (index, segment) in self.segments.iter().enumerate() {
+            let first = index * SEGMENT_LEN;
+            if first >= slots {
+                break;
+            }
             if segment.get().is_none() {
                 // A racing claim may have created it meanwhile; then ours is dropped.
-                let _ = segment.set(try_new_segment()?);
+                let _ = segment.set(try_new_segment().ok_or(SegmentRefused)?);
             }
+            let records = segment.get().expect("created above");
+            let reserved = (slots - first).min(SEGMENT_LEN);
+            records[..reserved]
+                .iter()
+                .step_by(RECORDS_PER_PAGE)
+                .for_each(Record::fault_in);
         }
         Ok(())
     }
@@ -376,8 +425,8 @@ mod tests {
     #[test]
     fn segments_tile_the_slot_space() {
         assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(65_535), (0, 65_535));
-        assert_eq!(locate(65_536), (1, 0));
+        assert_eq!(locate(524_287), (0, 524_287));
+        assert_eq!(locate(524_288), (1, 0));
         assert_eq!(locate(SLOTS - 1), (SEGMENTS - 1, SEGMENT_LEN - 1));
         assert_eq!(locate(SLOTS).0, SEGMENTS, "past the table: no segment");
     }
@@ -408,19 +457,40 @@ mod tests {
     }
 
     #[test]
-    fn bytes_for_counts_whole_segments() {
+    fn bytes_for_counts_the_records_written() {
         let directory = TimerTable::bytes_for(0);
-        let segment = SEGMENT_LEN * std::mem::size_of::<Record>();
-        assert_eq!(TimerTable::bytes_for(1), directory + segment);
+        let record = std::mem::size_of::<Record>();
+        assert_eq!(TimerTable::bytes_for(1), directory + record);
         assert_eq!(
             TimerTable::bytes_for(SEGMENT_LEN + 1),
-            directory + 2 * segment
+            directory + (SEGMENT_LEN + 1) * record
         );
         assert_eq!(
             TimerTable::bytes_for(usize::MAX),
-            directory + SEGMENTS * segment,
+            directory + SLOTS as usize * record,
             "never more than the whole table"
         );
+    }
+
+    /// A segment comes zeroed, and its records behave as `Record::new`'s: free, at
+    /// generation 0, ready to be armed, in every part of the segment.
+    #[test]
+    fn a_new_segment_holds_fresh_records() {
+        let segment = new_segment();
+        assert_eq!(segment.len(), SEGMENT_LEN);
+        for record in [
+            &segment[0],
+            &segment[SEGMENT_LEN / 2],
+            &segment[SEGMENT_LEN - 1],
+        ] {
+            assert_eq!(record.generation(), 0);
+            let (gen, _ticket) = record.arm(9, crate::task::Task::once(|| {}));
+            assert_eq!(gen, 0);
+            assert!(matches!(
+                record.cancel(gen),
+                crate::shard::Cancelled::Now(_)
+            ));
+        }
     }
 
     #[test]
