@@ -15,6 +15,13 @@
 //! which of its entries are live (`start..end`); an epoch, bumped whenever the chunk goes back
 //! to the pool, lets a cursor kept across calls (`Wheel::retain`'s) tell whether the chunk it
 //! remembers still holds what it did.
+//!
+//! Blocks double in size from 64 chunks up to 32 Ki chunks (32 MiB of 1 KiB chunks), so a
+//! small wheel stays small and a big one is made of few large allocations. An allocator may
+//! round an allocation up to whole huge pages and keep the remainder resident (mimalloc kept
+//! 1.34 × the bytes of the 64 KiB blocks used before), relatively less the larger the
+//! allocation; and a block comes zeroed, which is what an unused chunk is, so its pages become
+//! resident only as its chunks are first used.
 
 use std::collections::TryReserveError;
 use std::mem::{size_of, MaybeUninit};
@@ -27,10 +34,50 @@ pub(crate) const NIL: u32 = u32::MAX;
 /// Entries per chunk: with the 16-byte header, a chunk of 16-byte entries is exactly 1 KiB.
 pub(crate) const CHUNK: usize = 63;
 
-/// Chunks per block: blocks are what is allocated, 64 KiB of 1 KiB chunks.
-const BLOCK_BITS: u32 = 6;
+/// Chunk ids per block: a chunk's id is its block's index above these bits and its place in
+/// the block below them. The largest block holds this many, 32 MiB of 1 KiB chunks.
+const BLOCK_BITS: u32 = 15;
 const BLOCK: usize = 1 << BLOCK_BITS;
 const BLOCK_MASK: u32 = BLOCK as u32 - 1;
+/// Chunks in the first block; each next one holds twice as many, up to [`BLOCK`].
+const FIRST_BLOCK: usize = 64;
+/// Blocks there can be: the last id of one more would be [`NIL`].
+const MAX_BLOCKS: usize = (NIL >> BLOCK_BITS) as usize;
+
+/// How many chunks block `index` holds.
+fn block_len(index: usize) -> usize {
+    FIRST_BLOCK
+        .checked_shl(index as u32)
+        .map_or(BLOCK, |len| len.min(BLOCK))
+}
+
+/// The id after `id` in the order chunks are first handed out: the next place in its block,
+/// or the first of the next block.
+fn next_fresh(id: u32) -> u32 {
+    let block = (id >> BLOCK_BITS) as usize;
+    if ((id & BLOCK_MASK) as usize) + 1 < block_len(block) {
+        id + 1
+    } else {
+        ((block + 1) << BLOCK_BITS) as u32
+    }
+}
+
+/// Blocks that hold the first `chunks` chunks: the growing ones while they suffice, then
+/// whole [`BLOCK`]s.
+fn blocks_for(chunks: usize) -> usize {
+    let mut held = 0;
+    for blocks in 0.. {
+        let len = block_len(blocks);
+        if held >= chunks {
+            return blocks;
+        }
+        if len == BLOCK {
+            return blocks + (chunks - held).div_ceil(BLOCK);
+        }
+        held += len;
+    }
+    unreachable!("blocks grow to BLOCK")
+}
 
 /// Up to [`CHUNK`] entries of one slot, in order, and the link to the slot's next chunk.
 ///
@@ -58,16 +105,6 @@ impl<T: Copy> Clone for Chunk<T> {
 impl<T: Copy> Copy for Chunk<T> {}
 
 impl<T: Copy> Chunk<T> {
-    fn vacant(next: u32) -> Self {
-        Chunk {
-            next,
-            start: 0,
-            end: 0,
-            epoch: 0,
-            entries: [MaybeUninit::uninit(); CHUNK],
-        }
-    }
-
     pub(crate) fn next(&self) -> u32 {
         self.next
     }
@@ -157,15 +194,29 @@ impl<T: Copy> Chunk<T> {
     }
 }
 
-/// Every chunk of a wheel: blocks of [`BLOCK`] chunks that never move, and a free list of the
-/// chunks no slot holds (the pool), most recently freed first, so a chunk that was just
-/// emptied, still in cache, is the next one filled.
+/// Every chunk of a wheel: blocks that never move, and a free list of the chunks no slot
+/// holds (the pool), most recently freed first, so a chunk that was just emptied, still in
+/// cache, is the next one filled.
+///
+/// Chunks are handed out from the free list, else in id order from the never-used ones
+/// (`fresh` on). The never-used ones [`Chunks::try_reserve_spare`] wrote ahead of use run from
+/// `fresh` to `written`; chunks from `written` on are zeros no one has touched, and a zeroed
+/// chunk is a valid, empty one.
 pub(crate) struct Chunks<T> {
-    blocks: Vec<Box<[Chunk<T>; BLOCK]>>,
+    /// Block `i` holds `block_len(i)` chunks.
+    blocks: Vec<Box<[Chunk<T>]>>,
     /// The first free chunk, or [`NIL`].
     free: u32,
-    /// How many chunks are free.
-    spare: usize,
+    /// How many chunks are on the free list.
+    freed: usize,
+    /// The first chunk never handed out.
+    fresh: u32,
+    /// The first chunk never written.
+    written: u32,
+    /// Chunks written, in use or spare.
+    total: usize,
+    /// Never-used chunks written ahead of use (`fresh..written`).
+    reserved: usize,
 }
 
 impl<T: Copy> Default for Chunks<T> {
@@ -173,38 +224,62 @@ impl<T: Copy> Default for Chunks<T> {
         Chunks {
             blocks: Vec::new(),
             free: NIL,
-            spare: 0,
+            freed: 0,
+            fresh: 0,
+            written: 0,
+            total: 0,
+            reserved: 0,
         }
     }
 }
 
 impl<T: Copy> Clone for Chunks<T> {
     fn clone(&self) -> Self {
-        // Through a `Vec` rather than `Box::clone`, which would build the 64 KiB block on the
-        // stack first.
         let blocks = self
             .blocks
             .iter()
-            .map(|block| boxed_block(block.to_vec()))
+            .enumerate()
+            .map(|(index, block)| {
+                let mut copy = zeroed_block(block.len()).expect("memory for a copy of a wheel");
+                // Only what was written: the rest is zeros in both.
+                let first = (index << BLOCK_BITS) as u32;
+                let written = self.written.saturating_sub(first) as usize;
+                copy[..written.min(block.len())]
+                    .copy_from_slice(&block[..written.min(block.len())]);
+                copy
+            })
             .collect();
         Chunks {
             blocks,
             free: self.free,
-            spare: self.spare,
+            freed: self.freed,
+            fresh: self.fresh,
+            written: self.written,
+            total: self.total,
+            reserved: self.reserved,
         }
     }
 }
 
-/// A block's chunks in a `Vec` of exactly [`BLOCK`], boxed as an array.
-fn boxed_block<T>(chunks: Vec<Chunk<T>>) -> Box<[Chunk<T>; BLOCK]> {
-    match chunks.into_boxed_slice().try_into() {
-        Ok(block) => block,
-        Err(_) => unreachable!("a block is built with exactly BLOCK chunks"),
+/// A block of `len` chunks, zeroed (and so, on a fresh allocation, not yet resident); `None`
+/// when the allocator refuses.
+fn zeroed_block<T>(len: usize) -> Option<Box<[Chunk<T>]>> {
+    let layout = std::alloc::Layout::array::<Chunk<T>>(len).ok()?;
+    // SAFETY: the layout's size is not zero (`len` > 0, and a chunk is at least its 16-byte
+    // header).
+    let start = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Chunk<T>>();
+    if start.is_null() {
+        return None;
     }
+    // SAFETY: `start` is an allocation of `layout`, room for `len` chunks, every byte zero;
+    // all-zero bytes are a valid `Chunk<T>` (four `u32`s, and entries that are
+    // `MaybeUninit`), an empty one; a `Box<[Chunk<T>]>` of that length frees it with the same
+    // layout.
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(start, len)) })
 }
 
 /// The error `Vec` gives for a size past what it can address, for a request past the `u32`
-/// chunk ids: std offers no other way to make a `TryReserveError`.
+/// chunk ids or refused by the allocator: std offers no other way to make a `TryReserveError`.
 fn capacity_overflow() -> TryReserveError {
     Vec::<u8>::new()
         .try_reserve(usize::MAX)
@@ -246,22 +321,53 @@ impl<T: Copy> Chunks<T> {
     /// An empty chunk from the pool, linked to nothing; a new block when the pool is empty.
     ///
     /// # Panics
-    /// When the wheel would hold more than `u32::MAX - 1` chunks (about 4 TiB).
+    /// When the wheel would hold more than about 4 G chunks (4 TiB), or the allocator refuses
+    /// a block.
     pub(crate) fn alloc(&mut self) -> u32 {
-        if self.free == NIL {
-            let block = self
-                .new_block(Vec::with_capacity(BLOCK))
-                .expect("wheel-core: more than u32::MAX - 1 chunks");
-            self.blocks.push(block);
+        if self.free != NIL {
+            let id = self.free;
+            let chunk = self.get_mut(id);
+            let next = chunk.next;
+            chunk.next = NIL;
+            debug_assert!(chunk.start == 0 && chunk.end == 0);
+            self.free = next;
+            self.freed -= 1;
+            return id;
         }
-        let id = self.free;
-        let chunk = self.get_mut(id);
-        let next = chunk.next;
-        chunk.next = NIL;
-        debug_assert!(chunk.start == 0 && chunk.end == 0);
-        self.free = next;
-        self.spare -= 1;
+        self.alloc_fresh()
+    }
+
+    /// The first chunk never handed out (after adding a block if it begins one).
+    #[cold]
+    fn alloc_fresh(&mut self) -> u32 {
+        let id = self.fresh;
+        if id == self.written {
+            self.write_next()
+                .expect("wheel-core: no more chunk ids, or no memory for a block");
+        }
+        self.reserved -= 1;
+        self.fresh = next_fresh(id);
         id
+    }
+
+    /// Writes the first chunk never written, adding its block first if it begins one.
+    fn write_next(&mut self) -> Result<(), TryReserveError> {
+        let id = self.written;
+        let block = (id >> BLOCK_BITS) as usize;
+        if block == self.blocks.len() {
+            if block >= MAX_BLOCKS {
+                return Err(capacity_overflow());
+            }
+            self.blocks.try_reserve_exact(1)?;
+            let new = zeroed_block(block_len(block)).ok_or_else(capacity_overflow)?;
+            self.blocks.push(new);
+        }
+        // A zeroed chunk is empty, but links to chunk 0.
+        self.get_mut(id).next = NIL;
+        self.written = next_fresh(id);
+        self.total += 1;
+        self.reserved += 1;
+        Ok(())
     }
 
     /// Gives chunk `id`, which no slot links to any more, back to the pool.
@@ -273,75 +379,47 @@ impl<T: Copy> Chunks<T> {
         chunk.end = 0;
         chunk.next = free;
         self.free = id;
-        self.spare += 1;
+        self.freed += 1;
     }
 
-    /// Chunks in the pool.
+    /// Chunks in the pool that are written already: freed ones, and never-used ones that
+    /// [`Chunks::try_reserve_spare`] wrote.
     pub(crate) fn spare(&self) -> usize {
-        self.spare
+        self.freed + self.reserved
     }
 
-    /// Chunks allocated, in use or spare.
+    /// Chunks written (and so resident), in use or spare.
     pub(crate) fn total(&self) -> usize {
-        self.blocks.len() * BLOCK
+        self.total
     }
 
-    /// Adds blocks until at least `spare` chunks are in the pool, reporting an allocation the
-    /// allocator refuses (or chunk ids running out) instead of aborting. The blocks are written
-    /// whole as they are made, so their pages are faulted in now, not by the inserts that use
-    /// them. On an error the blocks added before it stay.
+    /// Makes at least `spare` chunks spare, adding blocks as needed and writing the never-used
+    /// chunks it counts, so their pages are faulted in now, not by the inserts that use them.
+    /// Reports an allocation the allocator refuses (or chunk ids running out) instead of
+    /// aborting; on an error the blocks added before it stay.
     pub(crate) fn try_reserve_spare(&mut self, spare: usize) -> Result<(), TryReserveError> {
-        if self.spare >= spare {
-            return Ok(());
-        }
-        let blocks = (spare - self.spare).div_ceil(BLOCK);
-        if blocks > (NIL as usize - self.total()) / BLOCK {
+        let missing = spare.saturating_sub(self.spare());
+        if self.total.saturating_add(missing) >= MAX_BLOCKS * BLOCK {
             return Err(capacity_overflow());
         }
-        self.blocks.try_reserve_exact(blocks)?;
-        for _ in 0..blocks {
-            let mut chunks = Vec::new();
-            chunks.try_reserve_exact(BLOCK)?;
-            let block = self.new_block(chunks)?;
-            self.blocks.push(block);
+        for _ in 0..missing {
+            self.write_next()?;
         }
         Ok(())
     }
 
-    /// The next block (its chunks' ids follow the last block's), built in `chunks` (empty, with
-    /// room for [`BLOCK`]), with all its chunks put on the free list.
-    fn new_block(
-        &mut self,
-        mut chunks: Vec<Chunk<T>>,
-    ) -> Result<Box<[Chunk<T>; BLOCK]>, TryReserveError> {
-        let first = self.total();
-        if first + BLOCK > NIL as usize {
-            return Err(capacity_overflow());
-        }
-        for i in 0..BLOCK {
-            let next = if i + 1 < BLOCK {
-                (first + i + 1) as u32
-            } else {
-                self.free
-            };
-            chunks.push(Chunk::vacant(next));
-        }
-        self.free = first as u32;
-        self.spare += BLOCK;
-        Ok(boxed_block(chunks))
-    }
-
-    /// Bytes of the chunks themselves: what [`Chunks::try_reserve_spare`]`(chunks)` allocates in
-    /// an empty store, whole blocks and their pointers.
+    /// Bytes [`Chunks::try_reserve_spare`]`(chunks)` writes in an empty pool: the chunks
+    /// themselves and the blocks' pointers.
     pub(crate) fn bytes_for(chunks: usize) -> usize {
-        let blocks = chunks.div_ceil(BLOCK);
-        blocks.saturating_mul(size_of::<[Chunk<T>; BLOCK]>() + size_of::<Box<[Chunk<T>; BLOCK]>>())
+        chunks
+            .saturating_mul(size_of::<Chunk<T>>())
+            .saturating_add(blocks_for(chunks).saturating_mul(size_of::<Box<[Chunk<T>]>>()))
     }
 
-    /// Bytes allocated now.
+    /// Bytes written now: the chunks written and the blocks' pointers (a block's chunks past
+    /// those are untouched zeros).
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.blocks.len() * size_of::<[Chunk<T>; BLOCK]>()
-            + self.blocks.capacity() * size_of::<Box<[Chunk<T>; BLOCK]>>()
+        self.total * size_of::<Chunk<T>>() + self.blocks.capacity() * size_of::<Box<[Chunk<T>]>>()
     }
 }
 
@@ -368,25 +446,26 @@ mod tests {
         let mut chunks = Chunks::<[u32; 2]>::default();
         let a = chunks.alloc();
         let b = chunks.alloc();
-        assert_ne!(a, b);
-        assert_eq!(chunks.total(), BLOCK);
-        assert_eq!(chunks.spare(), BLOCK - 2);
+        assert_eq!((a, b), (0, 1), "never-used chunks in id order");
+        assert_eq!((chunks.total(), chunks.spare()), (2, 0));
         let epoch = chunks.get(a).epoch();
         chunks.get_mut(a).push(entry(1));
         chunks.release(a);
         assert_eq!(chunks.get(a).epoch(), epoch.wrapping_add(1));
+        assert_eq!(chunks.spare(), 1);
         assert_eq!(chunks.alloc(), a, "most recently freed first");
         assert!(chunks.get(a).live().is_empty(), "a chunk comes back empty");
-        for _ in 0..BLOCK - 2 {
+        assert_eq!(chunks.get(a).next(), NIL, "linked to nothing");
+        for _ in 2..FIRST_BLOCK {
             chunks.alloc();
         }
-        assert_eq!((chunks.spare(), chunks.total()), (0, BLOCK));
-        chunks.alloc();
-        assert_eq!(
-            chunks.total(),
-            2 * BLOCK,
-            "a new block when the pool is empty"
-        );
+        assert_eq!(chunks.blocks.len(), 1);
+        let c = chunks.alloc();
+        assert_eq!(c as usize, BLOCK, "a new block when the first is used up");
+        assert_eq!(chunks.blocks.len(), 2);
+        assert_eq!(chunks.blocks[1].len(), 2 * FIRST_BLOCK, "twice as large");
+        assert_eq!(chunks.get(c).next(), NIL);
+        assert!(chunks.get(c).live().is_empty());
     }
 
     #[test]
@@ -418,17 +497,59 @@ mod tests {
     }
 
     #[test]
-    fn reserving_fills_the_pool_in_whole_blocks() {
-        let mut chunks = Chunks::<u64>::default();
-        chunks.try_reserve_spare(BLOCK + 1).unwrap();
-        assert_eq!((chunks.spare(), chunks.total()), (2 * BLOCK, 2 * BLOCK));
-        assert_eq!(
-            chunks.allocated_bytes(),
-            Chunks::<u64>::bytes_for(BLOCK + 1)
+    fn blocks_double_up_to_the_largest() {
+        assert_eq!(block_len(0), FIRST_BLOCK);
+        assert_eq!(block_len(1), 2 * FIRST_BLOCK);
+        assert_eq!(block_len(100), BLOCK);
+        assert_eq!(blocks_for(0), 0);
+        assert_eq!(blocks_for(FIRST_BLOCK), 1);
+        assert_eq!(blocks_for(FIRST_BLOCK + 1), 2);
+        let growing: usize = (0..).map(block_len).take_while(|&len| len < BLOCK).sum();
+        let growing_blocks = (0..).take_while(|&i| block_len(i) < BLOCK).count();
+        assert_eq!(blocks_for(growing), growing_blocks);
+        assert_eq!(blocks_for(growing + 1), growing_blocks + 1);
+        assert_eq!(blocks_for(growing + BLOCK + 1), growing_blocks + 2);
+        assert!(
+            blocks_for(usize::MAX) > MAX_BLOCKS,
+            "no loop over the blocks"
         );
+        assert_eq!(next_fresh(0), 1);
+        assert_eq!(
+            next_fresh(FIRST_BLOCK as u32 - 1),
+            BLOCK as u32,
+            "on to block 1"
+        );
+    }
+
+    #[test]
+    fn reserving_writes_the_chunks_it_counts() {
+        let mut chunks = Chunks::<u64>::default();
+        let n = 3 * BLOCK + 1;
+        chunks.try_reserve_spare(n).unwrap();
+        assert_eq!((chunks.spare(), chunks.total()), (n, n));
+        assert_eq!(chunks.blocks.len(), blocks_for(n));
+        assert_eq!(
+            (0..chunks.blocks.len()).map(block_len).sum::<usize>(),
+            chunks.blocks.iter().map(|b| b.len()).sum::<usize>()
+        );
+        assert_eq!(chunks.allocated_bytes(), Chunks::<u64>::bytes_for(n));
         chunks.try_reserve_spare(10).unwrap();
-        assert_eq!(chunks.total(), 2 * BLOCK, "enough already");
+        assert_eq!(chunks.total(), n, "enough already");
+        let id = chunks.alloc();
+        assert_eq!(
+            (id, chunks.spare()),
+            (0, n - 1),
+            "reserved chunks are used first"
+        );
+        chunks.get_mut(id).push(Entry {
+            deadline: 3,
+            value: 4,
+        });
         let copy = chunks.clone();
         assert_eq!(copy.spare(), chunks.spare());
+        assert_eq!(copy.get(id).live(), chunks.get(id).live());
+        let blocks = chunks.blocks.len();
+        assert!(chunks.try_reserve_spare(NIL as usize).is_err());
+        assert_eq!(chunks.blocks.len(), blocks, "nothing added for a refusal");
     }
 }
