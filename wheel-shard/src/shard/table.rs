@@ -27,8 +27,9 @@ use super::record::Record;
 
 /// Records per segment: 512 Ki, 32 MiB. Large, because an allocator may round a large
 /// allocation up to whole huge pages and keep the remainder resident (mimalloc kept 1.08 ×
-/// a 4 MiB segment's bytes, 5 bytes per timer at 10 M), and the remainder is relatively
-/// smaller the larger the allocation; pages beyond the records in use are never touched.
+/// the bytes of the 4 MiB segments used before; see docs/performance.md), and the remainder
+/// is relatively smaller the larger the allocation; pages beyond the records in use are never
+/// touched.
 const SEGMENT_BITS: u32 = 19;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 /// 512 segments of 512 Ki records: 2^28 (268 million) timers per shard at once.
