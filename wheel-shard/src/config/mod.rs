@@ -71,7 +71,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub saturation_timeout: Duration,
     /// Timers the service should hold at once without growing. Room for this many, split
-    /// evenly over the shards (wheel places and timer cells, about 76 bytes a timer), is
+    /// evenly over the shards (wheel places and timer cells, about 80 bytes a timer), is
     /// allocated and written by [`TimerService::new`](crate::TimerService::new), so the first
     /// burst up to there neither allocates in the tick threads nor waits for the kernel to
     /// supply fresh pages one at a time. Default 0: grow on demand.
@@ -113,7 +113,7 @@ pub mod limits {
     pub const MIN_SLOW_CALLBACK: Duration = Duration::from_micros(1);
     /// Longest `slow_callback`.
     pub const MAX_SLOW_CALLBACK: Duration = Duration::from_secs(3600);
-    /// Most `capacity` (2^28 timers, about 20 GB reserved). A machine's memory may allow
+    /// Most `capacity` (2^28 timers, about 21.5 GB reserved). A machine's memory may allow
     /// less: see [`memory_limit`].
     pub const MAX_CAPACITY: usize = 1 << 28;
 
