@@ -7,11 +7,12 @@
 //! misses of the next ones overlap the current callback instead of stalling one by one.
 //!
 //! References in hand are the worker's alone: no other worker can steal them, so a slow
-//! callback holds them up. The worker therefore keeps many in hand ([`DEEP`], which pays at
-//! millions of timers, where nearly every record is a miss) only while its callbacks are
-//! short; one run over [`SHORT_RUN`] drops it to a few ([`SHALLOW`]) for the next
-//! [`SHALLOW_RUNS`] runs, so a service whose callbacks block now and then keeps work
-//! stealable.
+//! callback holds them up, and so does the kernel when it preempts the worker (on a busy
+//! machine, for a scheduler slice of a few milliseconds). The worker therefore keeps enough in
+//! hand to overlap the misses ([`DEEP`], which pays at millions of timers, where nearly every
+//! record is a miss) and no more, and only while its callbacks are short; one run over
+//! [`SHORT_RUN`] drops it to a few ([`SHALLOW`]) for the next [`SHALLOW_RUNS`] runs, so a
+//! service whose callbacks block now and then keeps work stealable.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,8 +30,9 @@ use crate::task::{next_run, Task};
 use crate::timer::TimerId;
 
 /// References a worker keeps in hand, their records prefetched, ahead of the one it runs,
-/// while its callbacks are short.
-const DEEP: usize = 32;
+/// while its callbacks are short: enough to overlap the records' misses (8 is not), and
+/// few enough that little waits behind a preempted worker (docs/performance.md has the runs).
+const DEEP: usize = 16;
 /// References in hand after a run longer than [`SHORT_RUN`].
 const SHALLOW: usize = 4;
 /// The longest run that keeps a worker at [`DEEP`].
