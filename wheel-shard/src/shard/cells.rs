@@ -116,18 +116,10 @@ impl<T> Cells<T> {
 /// `count` cells, every one free for lap 0 (sequence 0), zeroed by the allocator.
 #[cfg(not(loom))]
 fn free_cells<T>(count: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
-    let layout = std::alloc::Layout::array::<Cell<T>>(count).map_err(|_| RingRefused)?;
-    // SAFETY: the layout's size is not zero: there are at least two cells (`count_for`), of at
-    // least eight bytes each (the sequence).
-    let cells = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Cell<T>>();
-    if cells.is_null() {
-        return Err(RingRefused);
-    }
-    // SAFETY: `cells` is a fresh allocation of `layout`, an array of `count` cells, so the box
-    // owns it and frees it with the same layout. All-zero bytes are a valid cell: a sequence
-    // of 0 (`AtomicU64` has the layout of `u64`) and an uninitialised value (an
-    // `UnsafeCell<MaybeUninit<T>>` may hold any bytes).
-    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(cells, count)) })
+    // SAFETY: all-zero bytes are a valid cell: a sequence of 0 (`AtomicU64` has the layout of
+    // `u64`) and an uninitialised value (an `UnsafeCell<MaybeUninit<T>>` may hold any bytes);
+    // a cell is at least its eight-byte sequence.
+    unsafe { super::zeroed::zeroed_slice(count) }.ok_or(RingRefused)
 }
 
 /// Loom's atomics are not plain integers: its cells are built one by one.

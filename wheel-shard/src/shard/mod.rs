@@ -19,6 +19,8 @@ mod record;
 mod ring;
 mod table;
 mod wake;
+#[cfg(not(loom))]
+mod zeroed;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};

@@ -178,16 +178,9 @@ fn new_segment() -> Box<[Record]> {
 /// pages become resident only when a record on them is first written.
 #[cfg(not(loom))]
 fn try_new_segment() -> Option<Box<[Record]>> {
-    let layout = segment_layout();
-    // SAFETY: the layout's size is not zero.
-    let start = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Record>();
-    if start.is_null() {
-        return None;
-    }
-    // SAFETY: `start` is an allocation of `layout`, room for `SEGMENT_LEN` records, every
-    // byte of it zero, and all-zero bytes are a valid `Record` (the one `Record::new`
-    // makes); a `Box<[Record]>` of that length frees it with this same layout.
-    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(start, SEGMENT_LEN)) })
+    // SAFETY: all-zero bytes are a valid `Record`, the one `Record::new` makes; a record is 64
+    // bytes.
+    unsafe { super::zeroed::zeroed_slice(SEGMENT_LEN) }
 }
 
 /// Under loom a record's atomics are loom's, which zeros do not make: written one by one.
