@@ -209,11 +209,11 @@ impl Config {
     ///
     /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
     /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer record
-    ///   of 64 bytes per slot in whole segments of 64 Ki, and a wheel place of 16 bytes per
-    ///   timer in whole chunks, with room for partly filled ones — about 80 bytes a timer;
+    ///   of 64 bytes per slot, and a wheel place of 16 bytes per timer in whole chunks, with
+    ///   room for partly filled ones — about 80 bytes a timer;
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
     ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096), its timer table's
-    ///   directory (96 KiB) and its ring of due references for the workers (320 KiB);
+    ///   directory (12 KiB) and its ring of due references for the workers (320 KiB);
     /// - per executor thread, its histograms of lateness, callback time and queue delay
     ///   (3 × 261 KiB).
     ///

@@ -4,8 +4,8 @@
 //! Each shard's tick thread pushes into its own hand-out queue (`handout.rs`: a ring with one
 //! producer, no locked instruction and no allocation per push). Idle workers take batches from
 //! the hand-out queues and steal from each other's deques (crossbeam-deque), so work spreads to
-//! whoever is free. A worker with nothing to do
-//! sleeps on a condition variable; tick threads wake only as many as they handed tasks to.
+//! whoever is free. A worker with nothing to do sleeps on a condition variable; tick threads
+//! wake only as many as they handed tasks to.
 
 mod durations;
 mod handout;

@@ -451,6 +451,11 @@ mod tests {
     }
 
     #[test]
+    fn the_directory_is_the_12_kib_the_config_docs_quote() {
+        assert_eq!(TimerTable::bytes_for(0), 12 << 10);
+    }
+
+    #[test]
     fn bytes_for_counts_the_records_written() {
         let directory = TimerTable::bytes_for(0);
         let record = std::mem::size_of::<Record>();
