@@ -213,7 +213,7 @@ impl Config {
     ///   room for partly filled ones — about 80 bytes a timer;
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
     ///   of two, × 40 bytes: 58 KiB at 64 slots, 1.9 MiB at 4096), its timer table's
-    ///   directory (12 KiB) and its ring of due references for the workers (320 KiB);
+    ///   directory (16 KiB) and its ring of due references for the workers (320 KiB);
     /// - per executor thread, its histograms of lateness, callback time and queue delay
     ///   (3 × 261 KiB).
     ///

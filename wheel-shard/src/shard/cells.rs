@@ -51,7 +51,7 @@ impl<T> Cell<T> {
 
 /// A power-of-two array of [`Cell`]s, every one free for lap 0.
 pub(crate) struct Cells<T> {
-    cells: Box<[Cell<T>]>,
+    cells: CellArray<T>,
     mask: u64,
 }
 
@@ -113,18 +113,23 @@ impl<T> Cells<T> {
     }
 }
 
+#[cfg(not(loom))]
+type CellArray<T> = super::zeroed::ZeroedSlice<Cell<T>>;
+#[cfg(loom)]
+type CellArray<T> = Box<[Cell<T>]>;
+
 /// `count` cells, every one free for lap 0 (sequence 0), zeroed by the allocator.
 #[cfg(not(loom))]
-fn free_cells<T>(count: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+fn free_cells<T>(count: usize) -> Result<CellArray<T>, RingRefused> {
     // SAFETY: all-zero bytes are a valid cell: a sequence of 0 (`AtomicU64` has the layout of
     // `u64`) and an uninitialised value (an `UnsafeCell<MaybeUninit<T>>` may hold any bytes);
     // a cell is at least its eight-byte sequence.
-    unsafe { super::zeroed::zeroed_slice(count) }.ok_or(RingRefused)
+    unsafe { super::zeroed::ZeroedSlice::new(count) }.ok_or(RingRefused)
 }
 
 /// Loom's atomics are not plain integers: its cells are built one by one.
 #[cfg(loom)]
-fn free_cells<T>(count: usize) -> Result<Box<[Cell<T>]>, RingRefused> {
+fn free_cells<T>(count: usize) -> Result<CellArray<T>, RingRefused> {
     Ok((0..count)
         .map(|_| Cell {
             sequence: AtomicU64::new(0),

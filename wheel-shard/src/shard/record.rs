@@ -145,9 +145,15 @@ impl Record {
     }
 
     /// Writes the record without changing it, so that the page it lies on is resident (a
-    /// zeroed page that was only read would map the kernel's shared zero page).
+    /// zeroed page that was only read would map the kernel's shared zero page). A
+    /// compare-exchange, because the compiler turns an idempotent read-modify-write such as
+    /// `fetch_or(0)` into a plain load, which would fault in nothing; the record may be live
+    /// (a racing claim), and a compare-exchange of the word with itself changes nothing.
     pub(crate) fn fault_in(&self) {
-        self.word.fetch_or(0, Ordering::Relaxed);
+        let word = self.word.load(Ordering::Relaxed);
+        let _ = self
+            .word
+            .compare_exchange(word, word, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// A fresh record whose first timer gets generation `gen` (tests of the wrap-around).

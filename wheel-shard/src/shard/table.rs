@@ -52,7 +52,7 @@ const PREFETCH_AHEAD: usize = 16;
 pub(crate) struct TimerTable {
     /// Names this table's caches in every thread (see [`Caches`]).
     id: u64,
-    segments: Box<[OnceLock<Box<[Record]>>]>,
+    segments: Box<[OnceLock<Segment>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
     /// One past the highest slot handed out: [`SLOTS`], lower in tests of a full table.
@@ -166,8 +166,14 @@ fn segment_layout() -> Layout {
     Layout::array::<Record>(SEGMENT_LEN).expect("a segment's size fits in an isize")
 }
 
+/// A segment's records, in memory that came zeroed from the allocator.
+#[cfg(not(loom))]
+type Segment = super::zeroed::ZeroedSlice<Record>;
+#[cfg(loom)]
+type Segment = Box<[Record]>;
+
 /// A segment of fresh records.
-fn new_segment() -> Box<[Record]> {
+fn new_segment() -> Segment {
     try_new_segment().unwrap_or_else(|| std::alloc::handle_alloc_error(segment_layout()))
 }
 
@@ -177,15 +183,15 @@ fn new_segment() -> Box<[Record]> {
 /// a test pins that), and a zeroed allocation of this size is fresh memory from the OS, whose
 /// pages become resident only when a record on them is first written.
 #[cfg(not(loom))]
-fn try_new_segment() -> Option<Box<[Record]>> {
+fn try_new_segment() -> Option<Segment> {
     // SAFETY: all-zero bytes are a valid `Record`, the one `Record::new` makes; a record is 64
     // bytes.
-    unsafe { super::zeroed::zeroed_slice(SEGMENT_LEN) }
+    unsafe { Segment::new(SEGMENT_LEN) }
 }
 
 /// Under loom a record's atomics are loom's, which zeros do not make: written one by one.
 #[cfg(loom)]
-fn try_new_segment() -> Option<Box<[Record]>> {
+fn try_new_segment() -> Option<Segment> {
     let mut records = Vec::new();
     records.try_reserve_exact(SEGMENT_LEN).ok()?;
     records.extend((0..SEGMENT_LEN).map(|_| Record::new()));
@@ -228,7 +234,7 @@ impl TimerTable {
     /// Resident bytes a new table takes once [`TimerTable::try_reserve`]`(slots)` has written
     /// the records of its first `slots` slots: the directory and those records.
     pub(crate) fn bytes_for(slots: usize) -> usize {
-        let directory = SEGMENTS * std::mem::size_of::<OnceLock<Box<[Record]>>>();
+        let directory = SEGMENTS * std::mem::size_of::<OnceLock<Segment>>();
         directory + slots.min(SLOTS as usize) * std::mem::size_of::<Record>()
     }
 
@@ -437,6 +443,44 @@ mod tests {
         assert_eq!(table.claim().unwrap(), 0, "claims still start at slot 0");
     }
 
+    /// Whether the page holding `address` is this process's own, written memory: resident and
+    /// exclusively mapped (bits 63 and 56 of its `/proc/self/pagemap` entry), not the kernel's
+    /// shared zero page that a read of untouched memory maps.
+    #[cfg(target_os = "linux")]
+    fn page_written(address: usize) -> bool {
+        use std::os::unix::fs::FileExt;
+        let pagemap = std::fs::File::open("/proc/self/pagemap").expect("open /proc/self/pagemap");
+        let mut entry = [0u8; 8];
+        pagemap
+            .read_exact_at(&mut entry, (address / 4096 * 8) as u64)
+            .expect("read a pagemap entry");
+        let entry = u64::from_ne_bytes(entry);
+        entry >> 63 & 1 == 1 && entry >> 56 & 1 == 1
+    }
+
+    /// `Config::capacity`'s promise: the reserved records' pages are written, so producers do
+    /// not fault them in. (An idempotent `fetch_or(0)` used to be compiled into a plain load,
+    /// which mapped only the shared zero page.)
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn reserve_writes_every_page_of_the_reserved_records() {
+        let table = TimerTable::new();
+        let slots = 2048 * RECORDS_PER_PAGE + 7;
+        table.try_reserve(slots).unwrap();
+        for slot in (0..slots).step_by(RECORDS_PER_PAGE).chain([slots - 1]) {
+            let record: *const Record = table.record(slot as u32).unwrap();
+            assert!(page_written(record as usize), "the page of slot {slot}");
+        }
+        // Past the reserved records, and past the huge page the last of them may lie on, the
+        // segment's pages were never written: it came from the allocator untouched.
+        let beyond = slots + 2 * (2 << 20) / std::mem::size_of::<Record>();
+        let record: *const Record = table.record(beyond as u32).unwrap();
+        assert!(
+            !page_written(record as usize),
+            "a page past the reserved records"
+        );
+    }
+
     #[test]
     fn a_full_table_says_so() {
         let table = TimerTable::with_limit(3);
@@ -451,8 +495,8 @@ mod tests {
     }
 
     #[test]
-    fn the_directory_is_the_12_kib_the_config_docs_quote() {
-        assert_eq!(TimerTable::bytes_for(0), 12 << 10);
+    fn the_directory_is_the_16_kib_the_config_docs_quote() {
+        assert_eq!(TimerTable::bytes_for(0), 16 << 10);
     }
 
     #[test]
