@@ -14,6 +14,12 @@
 //! it takes only the time the service leaves idle. Even so it keeps a vCPU from ever going
 //! idle, which changes the figures beside it (report.md's "How it is measured" has the A/B),
 //! so it is off by default; `--stall-probe on` turns it on.
+//!
+//! Beside it a second thread, the sleeper, sleeps to every millisecond boundary at normal
+//! priority, as a timer service's threads do, and notes how late it wakes. A host stall delays
+//! it too, but so does the guest kernel when every CPU is busy with the bench's and the
+//! service's threads: its lateness is what any thread that sleeps until a deadline meets on
+//! this machine under this load, the floor under a timer service's own lateness.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,6 +59,43 @@ pub struct HostStalls {
     /// the service for its CPU, because the kernel refused).
     #[serde(default)]
     pub sched_idle: bool,
+    /// The sleeper's wake-ups over the round (one per millisecond; 0: no sleeper ran).
+    #[serde(default)]
+    pub sleeper_wakes: u64,
+    /// How late the sleeper woke: the 99.9th percentile of its wake-ups.
+    #[serde(default)]
+    pub sleeper_p999_ns: u64,
+    /// How late the sleeper woke at most.
+    #[serde(default)]
+    pub sleeper_max_ns: u64,
+}
+
+/// How late the sleeper woke, one figure per wake-up; pure, so it can be fed synthetic ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WakeTally {
+    late_ns: Vec<u64>,
+}
+
+impl WakeTally {
+    /// One wake-up, `late_ns` after the boundary it slept to.
+    pub fn woke(&mut self, late_ns: u64) {
+        self.late_ns.push(late_ns);
+    }
+
+    /// (wake-ups, 99.9th percentile, most), the percentile as the nearest rank.
+    pub fn figures(mut self) -> (u64, u64, u64) {
+        let wakes = self.late_ns.len();
+        if wakes == 0 {
+            return (0, 0, 0);
+        }
+        self.late_ns.sort_unstable();
+        let rank = (wakes * 999).div_ceil(1000).max(1);
+        (
+            wakes as u64,
+            self.late_ns[rank - 1],
+            self.late_ns[wakes - 1],
+        )
+    }
 }
 
 /// Adds up gaps between clock reads; pure, so it can be fed synthetic reads.
@@ -96,6 +139,9 @@ impl StallTally {
             preempted_gaps: self.preempted_gaps,
             preempted_ns: self.preempted_ns,
             steal_ns,
+            sleeper_wakes: 0,
+            sleeper_p999_ns: 0,
+            sleeper_max_ns: 0,
         }
     }
 }
@@ -108,11 +154,13 @@ fn threshold_ns() -> u64 {
 pub struct StallProbe {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<(StallTally, u64, bool)>,
+    sleeper: JoinHandle<WakeTally>,
     steal_before: Option<u64>,
 }
 
 impl StallProbe {
-    /// Starts the probe thread (`bench-stalls`); it spins until [`StallProbe::finish`].
+    /// Starts the probe thread (`bench-stalls`), which spins, and the sleeper
+    /// (`bench-sleeper`), until [`StallProbe::finish`].
     pub fn start() -> StallProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -125,9 +173,15 @@ impl StallProbe {
                 (tally, observed_ns, sched_idle)
             })
             .expect("spawn the stall probe thread");
+        let flag = Arc::clone(&stop);
+        let sleeper = std::thread::Builder::new()
+            .name("bench-sleeper".into())
+            .spawn(move || sleep_to_each_millisecond(&flag))
+            .expect("spawn the sleeper thread");
         StallProbe {
             stop,
             thread,
+            sleeper,
             steal_before,
         }
     }
@@ -137,15 +191,66 @@ impl StallProbe {
         self.stop.store(true, Ordering::Relaxed);
         let (tally, observed_ns, sched_idle) =
             self.thread.join().expect("the stall probe panicked");
+        let (sleeper_wakes, sleeper_p999_ns, sleeper_max_ns) =
+            self.sleeper.join().expect("the sleeper panicked").figures();
         let steal = self
             .steal_before
             .zip(proc::steal_ns())
             .map(|(before, after)| after.saturating_sub(before));
         HostStalls {
             sched_idle,
+            sleeper_wakes,
+            sleeper_p999_ns,
+            sleeper_max_ns,
             ..tally.figures(observed_ns, steal)
         }
     }
+}
+
+/// The sleeper's loop: sleep to the next millisecond boundary of the monotonic clock (an
+/// absolute sleep, so the time spent noting one wake-up does not shift the next), note how
+/// late it woke, until told to stop.
+fn sleep_to_each_millisecond(stop: &AtomicBool) -> WakeTally {
+    const MS: u64 = 1_000_000;
+    let mut tally = WakeTally::default();
+    let mut boundary = (monotonic_ns() / MS + 1) * MS;
+    while !stop.load(Ordering::Relaxed) {
+        sleep_until(boundary);
+        let now = monotonic_ns();
+        tally.woke(now.saturating_sub(boundary));
+        // The next boundary still ahead: a wake-up later than a whole millisecond skips the
+        // boundaries it overslept instead of counting them as late again.
+        boundary = (now / MS + 1) * MS;
+    }
+    tally
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (what `Instant` reads on Linux).
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write, and the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reads `deadline_ns` (returns early only on a signal).
+fn sleep_until(deadline_ns: u64) {
+    let deadline = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `deadline` is a valid timespec; the remaining time is not asked for.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &deadline,
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// Puts the calling thread under `SCHED_IDLE`; false if the kernel refused.
@@ -259,12 +364,27 @@ mod tests {
     }
 
     #[test]
+    fn the_sleepers_figures_are_its_tail() {
+        assert_eq!(WakeTally::default().figures(), (0, 0, 0));
+        let mut tally = WakeTally::default();
+        // 2000 wake-ups: 1996 at 50 µs, then 2, 3, 4 and 9 ms late.
+        (0..1996).for_each(|_| tally.woke(50 * US));
+        [2 * MS, 3 * MS, 4 * MS, 9 * MS]
+            .into_iter()
+            .for_each(|late| tally.woke(late));
+        // The 99.9th percentile of 2000 is the 1998th smallest.
+        assert_eq!(tally.figures(), (2000, 3 * MS, 9 * MS));
+    }
+
+    #[test]
     fn the_probe_runs_and_stops() {
         let probe = StallProbe::start();
         std::thread::sleep(Duration::from_millis(30));
         let figures = probe.finish();
         assert!(figures.observed_ns >= 20 * MS, "{figures:?}");
         assert!(figures.lost_ns <= figures.observed_ns);
+        assert!(figures.sleeper_wakes >= 5, "{figures:?}");
+        assert!(figures.sleeper_p999_ns <= figures.sleeper_max_ns);
         assert!(
             figures.sched_idle,
             "Linux lets a thread lower its own priority"

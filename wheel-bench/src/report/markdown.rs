@@ -183,6 +183,12 @@ const METHOD: &str = "
   with its stall max: a p99.99 or max about as long as the longest host stall is the host's,
   not the service's. The probe sees the stalls of the vCPU it runs on, and only while it
   runs: it is `SCHED_IDLE`, so any other thread of its CPU preempts it at once.
+  - Beside it a second thread (`bench-sleeper`) sleeps to every millisecond boundary at
+    normal priority, as a timer thread does, and notes how late it wakes (*sleeper p99.9*,
+    *sleeper max*). Host stalls delay it, and so does the guest kernel when the bench's and
+    the service's threads keep every CPU busy: its lateness is what any thread that sleeps
+    until a deadline meets on this machine under this load. A service's tail near the
+    sleeper's is the machine's; the tail beyond it is the service's own.
   - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
     sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
     the probe on and off interleaved: three series of 8, 8 and 6 pairs at 100 k timers gave

@@ -177,6 +177,8 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             "lost",
             "steal",
             "probe preempted",
+            "sleeper p99.9",
+            "sleeper max",
             "watched",
         ],
     );
@@ -194,10 +196,21 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             nanos_text(s.lost_ns),
             s.steal_ns.map_or("–".into(), nanos_text),
             format!("{} ({})", s.preempted_gaps, nanos_text(s.preempted_ns)),
+            sleeper_text(s.sleeper_wakes, s.sleeper_p999_ns),
+            sleeper_text(s.sleeper_wakes, s.sleeper_max_ns),
             nanos_text(s.observed_ns),
         ]);
     }
     Some(table)
+}
+
+/// A figure of the sleeper's, or "–" where no sleeper ran.
+fn sleeper_text(wakes: u64, ns: u64) -> String {
+    if wakes == 0 {
+        "–".into()
+    } else {
+        nanos_text(ns)
+    }
 }
 
 fn side_by_side(scenario: Scenario, wheel: &RunResult, runs: &[&RunResult]) -> Table {
