@@ -534,3 +534,45 @@ impl fmt::Debug for TimerService {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Idle workers write the next records of a shard that has handed out fresh slots, so its
+    /// producers find them resident (`TimerTable::grow`); with a single worker they do not.
+    #[test]
+    fn idle_workers_write_records_ahead() {
+        for (workers, grows) in [(2, true), (1, false)] {
+            let config = Config {
+                shards: 1,
+                executor_threads: workers,
+                ..Config::default()
+            };
+            let service = TimerService::new(config).unwrap();
+            let (fired, done) = std::sync::mpsc::channel();
+            for _ in 0..300 {
+                let fired = fired.clone();
+                service
+                    .schedule(Duration::ZERO, move || fired.send(()).unwrap())
+                    .unwrap();
+            }
+            (0..300).for_each(|_| done.recv().unwrap());
+            let table = &service.core().shards[0].table;
+            let give_up = Instant::now() + Duration::from_secs(10);
+            while grows && table.written() == 0 && Instant::now() < give_up {
+                thread::sleep(Duration::from_millis(5));
+            }
+            thread::sleep(Duration::from_millis(50));
+            let written = table.written();
+            if grows {
+                assert!(
+                    written >= table.high_water(),
+                    "{workers} workers: {written}"
+                );
+            } else {
+                assert_eq!(written, 0, "a single worker never grows the table");
+            }
+        }
+    }
+}

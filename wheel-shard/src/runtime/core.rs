@@ -33,6 +33,8 @@ pub(crate) struct Core {
     pub(crate) handed_back: AtomicU64,
     pub(crate) limit: PendingLimit,
     pub(crate) rejected: AtomicU64,
+    /// A worker is writing records ahead (see [`Core::grow_a_table`]).
+    growing: AtomicBool,
     /// How a manual clock's `advance` learns that the service has caught up with virtual time.
     pub(crate) settle: Settle,
 }
@@ -145,6 +147,7 @@ impl Core {
             closed: AtomicBool::new(false),
             limit,
             rejected: AtomicU64::new(0),
+            growing: AtomicBool::new(false),
             config,
         };
         for shard in core.shards.iter() {
@@ -154,6 +157,20 @@ impl Core {
                 .map_err(|_| memory::refused(&core.config, "capacity"))?;
         }
         Ok((core, locals))
+    }
+
+    /// An idle worker's chore: writes ahead the records of one shard whose table runs low
+    /// (see `TimerTable::grow`); `true` when it did. One worker at a time, so the others stay
+    /// free for callbacks that come due meanwhile; and not with a single worker, whose
+    /// callbacks would wait behind the page faults (its producers write fresh records
+    /// themselves).
+    pub(crate) fn grow_a_table(&self) -> bool {
+        if self.config.executor_threads < 2 || self.growing.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let grew = self.shards.iter().any(|shard| shard.table.grow());
+        self.growing.store(false, Ordering::Release);
+        grew
     }
 
     /// `Config::capacity` split evenly over the shards (rounded up).

@@ -6,7 +6,9 @@
 //! service never copies. A segment comes zeroed, which is what a fresh record is, so its pages
 //! become resident only as its records are first written (fresh slots go out lowest first):
 //! a small service stays small, and no allocation writes a whole segment while a producer
-//! waits. For `Config::capacity` the pages are written up front instead.
+//! waits. For `Config::capacity` the pages are written up front instead, and as a table grows
+//! past that, idle workers write its next records ahead of the producers
+//! ([`TimerTable::grow`]).
 //!
 //! Free slots travel in batches. Every thread keeps a small cache of free slots per shard: a
 //! producer takes its slots from there, and a thread that ends a timer (a worker that fired
@@ -40,6 +42,10 @@ const RECORDS_PER_PAGE: usize = 4096 / std::mem::size_of::<Record>();
 /// One past the highest slot a shard hands out.
 const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
+/// Records an idle worker writes ahead of the fresh slots handed out, in steps of 32 Ki
+/// records (2 MiB, one huge page): see [`TimerTable::grow`].
+const GROW_STEP: u32 = 1 << 15;
+
 /// Free slots moved between a thread's cache and the shared store at a time.
 pub(crate) const BATCH: usize = 256;
 
@@ -55,6 +61,9 @@ pub(crate) struct TimerTable {
     segments: Box<[OnceLock<Segment>]>,
     /// The lowest slot never handed out.
     fresh: CachePadded<AtomicU32>,
+    /// Every record below this slot has been written, or is being written by a growing
+    /// thread, so its page is resident (see [`TimerTable::grow`]). Only growth reads it.
+    written: AtomicU32,
     /// One past the highest slot handed out: [`SLOTS`], lower in tests of a full table.
     limit: u32,
     /// Batches of free slots, shared by every thread.
@@ -226,6 +235,7 @@ impl TimerTable {
             id: next_table_id(),
             segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             fresh: CachePadded::new(AtomicU32::new(0)),
+            written: AtomicU32::new(0),
             limit: limit.min(SLOTS),
             store: Arc::new(FreeStore::default()),
         }
@@ -380,6 +390,71 @@ impl TimerTable {
         Ok(())
     }
 
+    /// Writes records past the written mark, up to a [`GROW_STEP`] boundary, when fewer than
+    /// a step of written records (or fewer than the slots handed out, while that is less) is
+    /// left beyond the fresh slots handed out; returns whether it wrote any. Idle workers
+    /// call it before they sleep.
+    ///
+    /// Why: a fresh record's page becomes resident when the record is first written, and a
+    /// producer that writes it pays for the page: a fault, a 2 MiB huge page zeroed, and on a
+    /// VM whose host reclaims freed memory the host's faults too (0.12 ms to over 4 ms a huge
+    /// page on the benchmark VM; docs/performance.md). Written ahead by a thread with nothing
+    /// else to do, the records are resident before a burst past the table's earlier peak
+    /// reaches them. A producer that outruns the growth writes the records itself, as
+    /// without it. Beyond the slots ever handed out, at most two steps of records (4 MiB) are
+    /// written, and a small table's records stay within its first step.
+    pub(crate) fn grow(&self) -> bool {
+        let fresh = self.fresh.load(Ordering::Relaxed);
+        let written = self.written.load(Ordering::Relaxed);
+        let goal = fresh
+            .saturating_add(fresh.min(GROW_STEP))
+            .div_ceil(GROW_STEP)
+            .saturating_mul(GROW_STEP)
+            .min(self.limit);
+        let from = written.max(fresh);
+        if from >= goal {
+            return false;
+        }
+        // Claims the work, so two idle workers do not write the same records.
+        if self
+            .written
+            .compare_exchange(written, goal, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        for segment in locate(from).0..=locate(goal - 1).0 {
+            if self.segments[segment].get().is_none() {
+                let Some(records) = try_new_segment() else {
+                    // Refused: the mark goes back, and a producer that gets there creates the
+                    // segment (and reports a refusal) as without growth.
+                    self.written.fetch_min(from, Ordering::Relaxed);
+                    return false;
+                };
+                // A racing claim may have created it meanwhile; then ours is dropped.
+                let _ = self.segments[segment].set(records);
+            }
+        }
+        self.write_records(from as usize..goal as usize);
+        true
+    }
+
+    /// Writes one record on every page of slots `range`, whose segments exist.
+    fn write_records(&self, range: std::ops::Range<usize>) {
+        let mut slot = range.start;
+        while slot < range.end {
+            let (segment, offset) = locate(slot as u32);
+            let records = self.segments[segment].get().expect("the segment exists");
+            let upto = (range.end - segment * SEGMENT_LEN).min(SEGMENT_LEN);
+            // From the start of the page `slot` is on, so every page of the range is written.
+            records[offset / RECORDS_PER_PAGE * RECORDS_PER_PAGE..upto]
+                .iter()
+                .step_by(RECORDS_PER_PAGE)
+                .for_each(Record::fault_in);
+            slot = segment * SEGMENT_LEN + upto;
+        }
+    }
+
     /// Creates the segments for the first `slots` slots now (`Config::capacity`) and writes a
     /// record on every page of those slots, so producers do not create segments and fault
     /// pages in during a burst. An allocation the allocator refuses comes back as an error
@@ -395,13 +470,9 @@ impl TimerTable {
                 // A racing claim may have created it meanwhile; then ours is dropped.
                 let _ = segment.set(try_new_segment().ok_or(SegmentRefused)?);
             }
-            let records = segment.get().expect("created above");
-            let reserved = (slots - first).min(SEGMENT_LEN);
-            records[..reserved]
-                .iter()
-                .step_by(RECORDS_PER_PAGE)
-                .for_each(Record::fault_in);
         }
+        self.write_records(0..slots);
+        self.written.fetch_max(slots as u32, Ordering::Relaxed);
         Ok(())
     }
 
@@ -409,6 +480,12 @@ impl TimerTable {
     #[cfg(all(test, not(loom)))]
     fn stored(&self) -> usize {
         self.store.len()
+    }
+
+    /// The written mark (see [`TimerTable::grow`]).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn written(&self) -> u32 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// One past the highest slot ever handed out.
@@ -479,6 +556,44 @@ mod tests {
             !page_written(record as usize),
             "a page past the reserved records"
         );
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn growth_writes_the_next_records_ahead_of_the_fresh_slots() {
+        let step = GROW_STEP as usize;
+        let table = TimerTable::new();
+        assert!(!table.grow(), "an empty table has nothing to grow");
+
+        // A small table: its records stay within the first step.
+        table.claim().unwrap();
+        assert!(table.grow());
+        assert!(!table.grow(), "written far enough");
+        let written = |slot: usize| {
+            let record: *const Record = table.record(slot as u32).unwrap();
+            page_written(record as usize)
+        };
+        // From the fresh slots on: those handed out are their producers' to write.
+        let fresh = table.high_water() as usize;
+        assert!((fresh..step).step_by(RECORDS_PER_PAGE).all(written));
+        let beyond = step + 2 * (2 << 20) / std::mem::size_of::<Record>();
+        assert!(!written(beyond), "no further than the first step");
+
+        // A table grown past a step: a whole step at least ahead of its fresh slots, even
+        // across a segment boundary.
+        while table.high_water() < (SEGMENT_LEN - step / 2) as u32 {
+            let mut slots = Vec::new();
+            table.claim_fresh(&mut slots).unwrap();
+        }
+        while table.grow() {}
+        let fresh = table.high_water() as usize;
+        let goal = (fresh + step).div_ceil(step) * step;
+        assert!(
+            goal > SEGMENT_LEN,
+            "the test crosses into the second segment"
+        );
+        assert!((fresh..goal).step_by(RECORDS_PER_PAGE).all(written));
+        assert_eq!(table.written() as usize, goal);
     }
 
     #[test]
