@@ -101,7 +101,14 @@ impl FreeStore {
             // Allocated outside the lock, in the rare case there is no spare buffer.
             let mut batch = spare.unwrap_or_else(|| Vec::with_capacity(BATCH));
             batch.extend_from_slice(slots);
-            self.lock().full.push(batch);
+            let mut batches = self.lock();
+            batches.full.push(batch);
+            // Room among the spares for every buffer, so that taking a batch (a producer's
+            // path) never grows the list: a producer thread's first allocations can each
+            // fault in a fresh page. The thread handing the batch back allocates instead.
+            let buffers = batches.full.len() + batches.spare.len();
+            let missing = buffers - batches.spare.len();
+            batches.spare.reserve(missing);
         }
     }
 
@@ -125,6 +132,11 @@ impl FreeStore {
     #[cfg(all(test, not(loom)))]
     fn spare(&self) -> usize {
         self.lock().spare.len()
+    }
+
+    #[cfg(all(test, not(loom)))]
+    fn spare_room(&self) -> usize {
+        self.lock().spare.capacity()
     }
 }
 
@@ -708,9 +720,19 @@ mod tests {
         let full = table.stored().div_ceil(BATCH);
         assert!(full >= 4, "{full} batches stored");
         assert_eq!(table.store.spare(), 0);
+        let room = table.store.spare_room();
+        assert!(
+            room >= full,
+            "room for every buffer among the spares: {room}"
+        );
         let claimed: Vec<u32> = (0..4 * BATCH).map(|_| table.claim().unwrap()).collect();
         let spare = table.store.spare();
         assert!(spare >= 4, "every batch taken leaves its buffer: {spare}");
+        assert_eq!(
+            table.store.spare_room(),
+            room,
+            "and taking them grew no list"
+        );
         ender(claimed);
         assert!(
             table.store.spare() < spare,
