@@ -122,27 +122,36 @@ impl Shard {
     /// Waiting producers sleep on a condition variable that the tick thread signals as it makes
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
     /// instead of taking the freed cells first, so no producer starves under a burst.
+    ///
+    /// Inlined into the caller for the common case, a ring with room and no one waiting; the
+    /// rest is out of line.
+    #[inline]
     pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
-        if timeout.is_zero() {
+        // A caller that does not wait takes a free cell even while others wait.
+        if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
             return match self.ring.try_push(timer) {
                 Ok(()) => Ok(()),
                 Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
-                Err(PushError::Full(_)) => {
-                    // The tick thread may sleep until a far deadline: let it drain the ring.
-                    self.wake();
-                    Err(ScheduleError::Saturated)
-                }
+                Err(PushError::Full(timer)) => self.push_to_full_ring(timer, timeout),
             };
         }
-        let timer = if self.waiters.load(Ordering::SeqCst) == 0 {
-            match self.ring.try_push(timer) {
-                Ok(()) => return Ok(()),
-                Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
-                Err(PushError::Full(timer)) => timer,
-            }
-        } else {
-            timer
-        };
+        self.wait_for_room(timer, timeout)
+    }
+
+    /// [`Shard::push`] when the ring was full.
+    #[cold]
+    fn push_to_full_ring(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
+        if timeout.is_zero() {
+            // The tick thread may sleep until a far deadline: let it drain the ring.
+            self.wake();
+            return Err(ScheduleError::Saturated);
+        }
+        self.wait_for_room(timer, timeout)
+    }
+
+    /// [`Shard::push`] that queues behind the producers already waiting for room.
+    #[cold]
+    fn wait_for_room(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = self.push_waiting(timer, Instant::now() + timeout);
         self.waiters.fetch_sub(1, Ordering::SeqCst);

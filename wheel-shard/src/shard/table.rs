@@ -276,6 +276,7 @@ impl TimerTable {
 
     /// A free slot for a new timer, owned by the caller until it arms the record or gives it
     /// back with [`TimerTable::release`]. Its record exists by the time this returns.
+    #[inline]
     pub(crate) fn claim(&self) -> Result<u32, TableFull> {
         let cached = CACHES.try_with(|caches| {
             let mut caches = caches.borrow_mut();
@@ -343,6 +344,7 @@ impl TimerTable {
 
     /// Adds a batch from the store to `slots`, or else a block of fresh slots. A cache's
     /// buffer has room for it (see [`TimerTable::release`]), so this never allocates.
+    #[cold]
     fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
         if !self.store.take_into(slots) {
             self.claim_fresh(slots)?;
