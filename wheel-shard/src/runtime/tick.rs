@@ -107,8 +107,19 @@ impl<'a> TickLoop<'a> {
             self.expire(now);
             let sweeping = self.compact();
             let ring_waits = !shard.ring.is_empty();
+            // Goes round again for commands it can take now. A cell a producer has claimed but
+            // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
+            // spinning for: the push ends with a nudge that wakes this thread if its timer is
+            // due before the planned wake-up, and otherwise the next tick's pass takes it.
+            // Under a manual clock `advance` waits for everything queued, so the pass goes
+            // round until the cell is written.
+            let ring_ready = if manual {
+                ring_waits
+            } else {
+                shard.ring.head_published()
+            };
             let next = self.wheel.next_expiration();
-            if (ring_waits && may_transfer) || next.is_some_and(|t| t <= now) {
+            if (ring_ready && may_transfer) || next.is_some_and(|t| t <= now) {
                 continue;
             }
             if manual {

@@ -126,6 +126,14 @@ impl<T> PendingRing<T> {
         Some(value)
     }
 
+    /// Whether the oldest value is published, so that [`pop`](Self::pop) takes it. Consumer
+    /// only. Unlike [`is_empty`](Self::is_empty), a cell a producer has claimed but not yet
+    /// written counts as nothing to take.
+    pub(crate) fn head_published(&self) -> bool {
+        let head = self.head.load(Ordering::Relaxed);
+        self.cells.at(head).sequence.load(Ordering::Acquire) == self.cells.full_for(head)
+    }
+
     /// Refuses every later push. Values pushed before stay to be drained.
     pub(crate) fn close(&self) {
         self.tail.fetch_or(CLOSED, Ordering::SeqCst);
@@ -191,6 +199,30 @@ mod tests {
             assert!(ring.is_empty());
         }
         assert_eq!(ring.pushed(), 12);
+    }
+
+    /// A cell a producer has claimed but not yet written: the ring is not empty, yet nothing
+    /// is published to take (the tick thread sleeps instead of spinning on it).
+    #[test]
+    fn a_claimed_cell_is_not_published_until_written() {
+        let ring = PendingRing::new(4);
+        assert!(!ring.head_published());
+        ring.try_push(1u64).unwrap();
+        assert!(ring.head_published());
+        assert_eq!(ring.pop(), Some(1));
+        // Claim position 1 as `try_push` does, without writing it yet.
+        let position = ring.tail.fetch_add(1, Ordering::SeqCst);
+        assert!(!ring.is_empty());
+        assert!(!ring.head_published());
+        assert_eq!(ring.pop(), None);
+        let cell = ring.cells.at(position);
+        // SAFETY: this test claimed `position` above, and nothing reads it before the store.
+        unsafe { cell.write(2) };
+        let free = ring.cells.free_for(position);
+        cell.sequence
+            .store(Cells::<u64>::full_after(free), Ordering::Release);
+        assert!(ring.head_published());
+        assert_eq!(ring.pop(), Some(2));
     }
 
     #[test]
