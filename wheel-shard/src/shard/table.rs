@@ -36,7 +36,7 @@ const SEGMENT_BITS: u32 = 19;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 /// 512 segments of 512 Ki records: 2^28 (268 million) timers per shard at once.
 const SEGMENTS: usize = 1 << 9;
-/// Records on one 4 KiB page: [`TimerTable::try_reserve`] writes one of each to fault the
+/// Records on one 4 KiB page: [`TimerTable::write_records`] writes one of each to fault the
 /// page in.
 const RECORDS_PER_PAGE: usize = 4096 / std::mem::size_of::<Record>();
 /// One past the highest slot a shard hands out.
@@ -106,9 +106,8 @@ impl FreeStore {
             // Room among the spares for every buffer, so that taking a batch (a producer's
             // path) never grows the list: a producer thread's first allocations can each
             // fault in a fresh page. The thread handing the batch back allocates instead.
-            let buffers = batches.full.len() + batches.spare.len();
-            let missing = buffers - batches.spare.len();
-            batches.spare.reserve(missing);
+            let full = batches.full.len();
+            batches.spare.reserve(full);
         }
     }
 
@@ -437,20 +436,30 @@ impl TimerTable {
         {
             return false;
         }
-        for segment in locate(from).0..=locate(goal - 1).0 {
-            if self.segments[segment].get().is_none() {
-                let Some(records) = try_new_segment() else {
-                    // Refused: the mark goes back, and a producer that gets there creates the
-                    // segment (and reports a refusal) as without growth.
-                    self.written.fetch_min(from, Ordering::Relaxed);
-                    return false;
-                };
+        let range = from as usize..goal as usize;
+        if self.create_segments(range.clone()).is_err() {
+            // Refused: the mark goes back, and a producer that gets there creates the segment
+            // (and reports a refusal) as without growth.
+            self.written.fetch_min(from, Ordering::Relaxed);
+            return false;
+        }
+        self.write_records(range);
+        true
+    }
+
+    /// Creates the segments of slots `range` that do not exist yet. A refusal comes back as
+    /// an error; the segments made before it stay.
+    fn create_segments(&self, range: std::ops::Range<usize>) -> Result<(), SegmentRefused> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        for segment in &self.segments[range.start / SEGMENT_LEN..=(range.end - 1) / SEGMENT_LEN] {
+            if segment.get().is_none() {
                 // A racing claim may have created it meanwhile; then ours is dropped.
-                let _ = self.segments[segment].set(records);
+                let _ = segment.set(try_new_segment().ok_or(SegmentRefused)?);
             }
         }
-        self.write_records(from as usize..goal as usize);
-        true
+        Ok(())
     }
 
     /// Writes one record on every page of slots `range`, whose segments exist.
@@ -475,16 +484,7 @@ impl TimerTable {
     /// (the segments made before it stay) rather than aborting.
     pub(crate) fn try_reserve(&self, slots: usize) -> Result<(), SegmentRefused> {
         let slots = slots.min(self.limit as usize);
-        for (index, segment) in self.segments.iter().enumerate() {
-            let first = index * SEGMENT_LEN;
-            if first >= slots {
-                break;
-            }
-            if segment.get().is_none() {
-                // A racing claim may have created it meanwhile; then ours is dropped.
-                let _ = segment.set(try_new_segment().ok_or(SegmentRefused)?);
-            }
-        }
+        self.create_segments(0..slots)?;
         self.write_records(0..slots);
         self.written.fetch_max(slots as u32, Ordering::Relaxed);
         Ok(())
