@@ -10,8 +10,9 @@
 //! for the whole wheel, rather than one per level, because an entry moves down the levels as it
 //! cascades: room reserved for it has to be usable wherever it is.
 //!
-//! A chunk is 16 bytes of header and 63 entries, 1 KiB with 8-byte values, aligned to a cache
-//! line so no entry straddles two. The header links the chunk into its slot's list and says
+//! A chunk is 1 KiB, aligned to a cache line: 16 bytes of header and as many entries as fit in
+//! the rest (126 of 8 bytes, 84 of 12, 63 of 16; see [`Stored`]), so no 8- or 16-byte entry
+//! straddles two lines. The header links the chunk into its slot's list and says
 //! which of its entries are live (`start..end`); an epoch, bumped whenever the chunk goes back
 //! to the pool, lets a cursor kept across calls (`Wheel::retain`'s) tell whether the chunk it
 //! remembers still holds what it did.
@@ -24,15 +25,13 @@
 //! resident only as its chunks are first used.
 
 use std::collections::TryReserveError;
-use std::mem::{size_of, MaybeUninit};
+use std::marker::PhantomData;
+use std::mem::{align_of, size_of, MaybeUninit};
 
-use crate::entry::Entry;
+use crate::entry::Stored;
 
 /// "No chunk": the end of a list.
 pub(crate) const NIL: u32 = u32::MAX;
-
-/// Entries per chunk: with the 16-byte header, a chunk of 16-byte entries is exactly 1 KiB.
-pub(crate) const CHUNK: usize = 63;
 
 /// Chunk ids per block: a chunk's id is its block's index above these bits and its place in
 /// the block below them. The largest block holds this many, 32 MiB of 1 KiB chunks.
@@ -79,32 +78,47 @@ fn blocks_for(chunks: usize) -> usize {
     unreachable!("blocks grow to BLOCK")
 }
 
-/// Up to [`CHUNK`] entries of one slot, in order, and the link to the slot's next chunk.
+/// Bytes of a chunk's entries: with its 16-byte header, a chunk is 1 KiB.
+const ROOM: usize = 1008;
+
+/// Up to [`Chunk::CAPACITY`] entries of one slot, in order, and the link to the slot's next
+/// chunk.
 ///
 /// Invariant (what makes reading entries sound): every position below `end` has been written
-/// since the chunk last left the pool, and `start <= end <= CHUNK`. Positions `start..end` are
-/// the live entries; those below `start` were taken already (or compacted away) but are still
-/// initialized, so moving `start` down again is sound too.
+/// since the chunk last left the pool, and `start <= end <= CAPACITY`. Positions `start..end`
+/// are the live entries; those below `start` were taken already (or compacted away) but are
+/// still initialized, so moving `start` down again is sound too.
 #[repr(C, align(64))]
-pub(crate) struct Chunk<T> {
+pub(crate) struct Chunk<V> {
     /// The slot's next chunk, or the pool's next free chunk; [`NIL`] at the end.
     next: u32,
     start: u32,
     end: u32,
     /// Bumped each time the chunk goes back to the pool.
     epoch: u32,
-    entries: [MaybeUninit<Entry<T>>; CHUNK],
+    /// The entries, `Stored<V>` each, from the chunk's 16th byte (so 16-byte aligned).
+    room: [MaybeUninit<u64>; ROOM / 8],
+    held: PhantomData<V>,
 }
 
-impl<T: Copy> Clone for Chunk<T> {
+impl<V: Copy> Clone for Chunk<V> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<T: Copy> Copy for Chunk<T> {}
+impl<V: Copy> Copy for Chunk<V> {}
 
-impl<T: Copy> Chunk<T> {
+impl<V: Copy> Chunk<V> {
+    /// Entries a chunk holds: 126 of 8 bytes, 84 of 12, 63 of 16.
+    pub(crate) const CAPACITY: usize = {
+        assert!(
+            align_of::<Stored<V>>() <= 16 && size_of::<Stored<V>>() <= ROOM,
+            "wheel-core: a value must be small (at most 16-byte aligned, 1000 bytes)"
+        );
+        ROOM / size_of::<Stored<V>>()
+    };
+
     pub(crate) fn next(&self) -> u32 {
         self.next
     }
@@ -126,57 +140,62 @@ impl<T: Copy> Chunk<T> {
     }
 
     pub(crate) fn is_full(&self) -> bool {
-        self.end() == CHUNK
+        self.end() == Self::CAPACITY
+    }
+
+    fn entries(&self) -> *const Stored<V> {
+        self.room.as_ptr().cast()
+    }
+
+    fn entries_mut(&mut self) -> *mut Stored<V> {
+        self.room.as_mut_ptr().cast()
     }
 
     /// Every initialized position, `0..end`.
-    fn initialized(&self) -> &[Entry<T>] {
-        let written = &self.entries[..self.end()];
-        // SAFETY: positions below `end` are initialized (the type's invariant), and
-        // `MaybeUninit<E>` has the layout of `E`.
-        unsafe { &*(written as *const [MaybeUninit<Entry<T>>] as *const [Entry<T>]) }
+    fn initialized(&self) -> &[Stored<V>] {
+        // SAFETY: positions below `end` are initialized (the type's invariant) and lie within
+        // `room` (`end <= CAPACITY`); `room` starts 16 bytes into a 64-byte aligned chunk,
+        // which suits `Stored<V>`'s alignment (at most 16, checked by `CAPACITY`).
+        unsafe { std::slice::from_raw_parts(self.entries(), self.end()) }
     }
 
     /// Every initialized position, `0..end`, to write in place.
-    pub(crate) fn initialized_mut(&mut self) -> &mut [Entry<T>] {
+    pub(crate) fn initialized_mut(&mut self) -> &mut [Stored<V>] {
         let end = self.end();
-        let written = &mut self.entries[..end];
-        // SAFETY: as in `initialized`; writing an `Entry<T>` through the slice keeps the
+        // SAFETY: as in `initialized`; writing a `Stored<V>` through the slice keeps the
         // positions initialized.
-        unsafe { &mut *(written as *mut [MaybeUninit<Entry<T>>] as *mut [Entry<T>]) }
+        unsafe { std::slice::from_raw_parts_mut(self.entries_mut(), end) }
     }
 
     /// The initialized entries from position `at` on, `at..end` (`at <= end`).
-    pub(crate) fn from(&self, at: usize) -> &[Entry<T>] {
+    pub(crate) fn from(&self, at: usize) -> &[Stored<V>] {
         &self.initialized()[at..]
     }
 
     /// The live entries, `start..end`.
-    pub(crate) fn live(&self) -> &[Entry<T>] {
+    pub(crate) fn live(&self) -> &[Stored<V>] {
         &self.initialized()[self.start()..]
     }
 
     /// Appends `entry` (the chunk is not full).
-    pub(crate) fn push(&mut self, entry: Entry<T>) {
+    #[inline]
+    pub(crate) fn push(&mut self, entry: Stored<V>) {
         let end = self.end();
-        self.entries[end] = MaybeUninit::new(entry);
+        assert!(end < Self::CAPACITY, "a push onto a full chunk");
+        // SAFETY: position `end` lies within `room` and is aligned (see `initialized`).
+        unsafe { self.entries_mut().add(end).write(entry) };
         self.end += 1;
     }
 
     /// Appends `entries` (there is room for them).
-    pub(crate) fn extend(&mut self, entries: &[Entry<T>]) {
-        let end = self.end();
-        for (place, &entry) in self.entries[end..end + entries.len()]
-            .iter_mut()
-            .zip(entries)
-        {
-            *place = MaybeUninit::new(entry);
+    pub(crate) fn extend(&mut self, entries: &[Stored<V>]) {
+        for &entry in entries {
+            self.push(entry);
         }
-        self.end += entries.len() as u32;
     }
 
     /// Takes the first live entry, if any.
-    pub(crate) fn pop_front(&mut self) -> Option<Entry<T>> {
+    pub(crate) fn pop_front(&mut self) -> Option<Stored<V>> {
         let entry = *self.initialized().get(self.start())?;
         self.start += 1;
         Some(entry)
@@ -427,18 +446,20 @@ impl<T: Copy> Chunks<T> {
 mod tests {
     use super::*;
 
-    fn entry(deadline: u64) -> Entry<[u32; 2]> {
-        Entry {
-            deadline,
-            value: [deadline as u32, 7],
-        }
+    fn entry(deadline: u64) -> Stored<[u32; 2]> {
+        Stored::new(deadline, [deadline as u32, 7])
     }
 
+    const CHUNK: usize = Chunk::<[u32; 2]>::CAPACITY;
+
     #[test]
-    fn a_chunk_of_8_byte_values_is_1_kib() {
+    fn a_chunk_is_1_kib_and_holds_what_fits() {
         assert_eq!(size_of::<Chunk<[u32; 2]>>(), 1024);
         assert_eq!(size_of::<Chunk<u64>>(), 1024);
-        assert_eq!(std::mem::align_of::<Chunk<u64>>(), 64);
+        assert_eq!(align_of::<Chunk<u64>>(), 64);
+        assert_eq!(Chunk::<u32>::CAPACITY, 126);
+        assert_eq!(CHUNK, 84);
+        assert_eq!(Chunk::<u64>::CAPACITY, 63);
     }
 
     #[test]
@@ -541,10 +562,7 @@ mod tests {
             (0, n - 1),
             "reserved chunks are used first"
         );
-        chunks.get_mut(id).push(Entry {
-            deadline: 3,
-            value: 4,
-        });
+        chunks.get_mut(id).push(Stored::new(3, 4));
         let copy = chunks.clone();
         assert_eq!(copy.spare(), chunks.spare());
         assert_eq!(copy.get(id).live(), chunks.get(id).live());

@@ -34,9 +34,11 @@ impl Geometry {
         Geometry { bits, level_of_bit }
     }
 
-    /// Enough levels that every `u64` tick has a level: no overflow list is needed.
+    /// The levels whose slots are at most 2^32 ticks wide, so that every deadline in a slot
+    /// agrees with the slot's first tick above the low 32 bits (what lets a slot's array keep
+    /// only those: see `Stored`). With 64 slots: 6 levels, spanning 2^36 ticks.
     pub(crate) fn levels(self) -> usize {
-        (63 / self.bits + 1) as usize
+        (32 / self.bits).min(63 / self.bits) as usize + 1
     }
 
     pub(crate) fn slots(self) -> usize {
@@ -53,7 +55,8 @@ impl Geometry {
     }
 
     /// The (level, slot) where an entry due at `deadline` belongs when the clock reads `now`:
-    /// the current level-0 slot if it is due already.
+    /// the current level-0 slot if it is due already. The level may be past the wheel's last
+    /// ([`Geometry::levels`]): the entry then waits outside the levels.
     pub(crate) fn place(self, now: u64, deadline: u64) -> (usize, usize) {
         if deadline <= now {
             return (0, self.slot_for(0, now));
@@ -79,15 +82,19 @@ impl Geometry {
         ((now >> span_bits) + 1).checked_mul(1 << span_bits)
     }
 
-    /// The first tick of `slot` on `level`, in the rotation that contains `now`.
-    pub(crate) fn slot_start(self, level: usize, slot: usize, now: u64) -> u64 {
+    /// The first tick of `level`'s rotation that contains `tick`.
+    pub(crate) fn rotation_start(self, level: usize, tick: u64) -> u64 {
         let span_bits = self.shift(level) + self.bits;
-        let rotation = if span_bits >= 64 {
+        if span_bits >= 64 {
             0
         } else {
-            now & !((1u64 << span_bits) - 1)
-        };
-        rotation | ((slot as u64) << self.shift(level))
+            tick & !((1u64 << span_bits) - 1)
+        }
+    }
+
+    /// The first tick of `slot` on `level`, in the rotation that contains `now`.
+    pub(crate) fn slot_start(self, level: usize, slot: usize, now: u64) -> u64 {
+        self.rotation_start(level, now) | ((slot as u64) << self.shift(level))
     }
 }
 
@@ -98,8 +105,18 @@ mod tests {
     const G: Geometry = Geometry::new(6);
 
     #[test]
-    fn default_geometry_covers_u64() {
-        assert_eq!(G.levels(), 11);
+    fn default_geometry_places_any_u64() {
+        assert_eq!(G.levels(), 6);
+        assert_eq!(Geometry::new(1).levels(), 33);
+        assert_eq!(Geometry::new(12).levels(), 3);
+        for bits in 1..=12 {
+            let g = Geometry::new(bits);
+            let top = g.levels() - 1;
+            assert!(
+                g.shift(top) <= 32,
+                "a top slot of {bits} bits is 2^32 ticks at most"
+            );
+        }
         assert_eq!(G.level_for(0, u64::MAX), 10);
         assert_eq!(G.slot_for(10, u64::MAX), 15);
         assert_eq!(G.slot_start(10, 15, 0), 15 << 60);

@@ -50,6 +50,11 @@ impl Level {
         &mut self.rotations[which]
     }
 
+    /// Whether rotation `which` (by where it is stored) is the current one.
+    pub(crate) fn is_current(&self, which: usize) -> bool {
+        which == self.current
+    }
+
     /// The clock reached the next rotation's first tick: it becomes the current one. The
     /// current one is empty by then, all of it having fallen due before.
     pub(crate) fn turn(&mut self) {

@@ -17,15 +17,27 @@
 //! The wheel is a stack of levels, each a ring of `S = 2^b` slots (64 by default). A slot on
 //! level `k` is `S^k` ticks wide, so level 0 counts single ticks, level 1 counts blocks of `S`
 //! ticks, and so on: a tick count written in base `S` has one digit per level, and digit `k` is
-//! that tick's slot on level `k`. With 64 slots, 11 levels give every `u64` tick a slot, so any
-//! deadline up to `u64::MAX` is legal and no arithmetic can overflow.
+//! that tick's slot on level `k`. The levels stop where a slot would be wider than 2^32 ticks
+//! (6 levels of 64 slots, spanning 2^36 ticks), because a slot's array keeps only the low 32
+//! bits of each deadline: every deadline in a slot agrees with the slot's first tick above
+//! them. Any deadline up to `u64::MAX` is still legal (see "Outside the levels").
 //!
 //! An entry with deadline `d`, inserted when the wheel's clock reads `now`, goes on the level of
 //! the *highest digit in which `d` and `now` differ*, into the slot named by that digit of `d`.
 //! Because the digits above it agree, that slot is in the level's current rotation and after
 //! the current slot, so nothing wraps around and nothing needs a round counter (which is what
-//! makes Netty's single wheel rescan long buckets). An entry already due (`d <= now`) goes into
-//! the current level-0 slot and leaves on the next advance.
+//! makes Netty's single wheel rescan long buckets). An entry due at `now` goes into the
+//! current level-0 slot and leaves on the next advance.
+//!
+//! # Outside the levels
+//!
+//! Two kinds of entry have no slot, and wait in two lists of their own that keep the whole
+//! deadline (4 bytes more per entry): one inserted *overdue* (`d < now`), which the next
+//! advance hands out first, before any slot; and one *beyond* the top level (`d` differs from
+//! `now` above the top level's digit: more than 2^36 ticks ahead with 64 slots, 2.2 years of
+//! 1 ms ticks), which waits until the clock reaches the top level's rotation holding the
+//! earliest of them, where they are all placed again relative to it. Both are rare, and the
+//! slots' arrays stay at half the bytes a whole deadline would cost.
 //!
 //! Every level keeps a bitmap of its non-empty slots. The next due slot is the first set bit at
 //! or after the clock's digit on the lowest level that has one: a slot on level `k` starts at a
@@ -47,8 +59,9 @@
 //! the clock reaches that rotation it becomes the current one (a flag flips); whatever the early
 //! cascade had not moved yet cascades then as before.
 //!
-//! Entries are stored inline: each slot is an array of `(deadline, value)` in arrival order,
-//! kept in fixed chunks of 63 entries (1 KiB with an 8-byte value) linked into a list. Insert
+//! Entries are stored inline: each slot is an array of `(low 32 bits of the deadline, value)`
+//! in arrival order, kept in fixed 1 KiB chunks (84 entries with an 8-byte value, 126 with a
+//! 4-byte one) linked into a list. Insert
 //! appends to the slot's last chunk, a hand-out or an early cascade takes from the first, and a
 //! cascade walks the whole list, giving each chunk back as it goes; a walk starts loading the
 //! next chunk while it reads one, the only prefetching left. Chunks come from one pool
@@ -81,8 +94,7 @@
 //! | 3 | 262 144 | 2²⁴ | 4.4 min | 4.7 h |
 //! | 4 | 2²⁴ | 2³⁰ | 4.7 h | 12.4 days |
 //! | 5 | 2³⁰ | 2³⁶ | 12.4 days | 2.2 years |
-//! | 6 | 2³⁶ | 2⁴² | 2.2 years | 139 years |
-//! | 7–10 | 2⁴²–2⁶⁰ | up to 2⁶⁴ | … | … |
+//! | beyond | | up to 2⁶⁴ | | |
 //!
 //! # Example
 //!

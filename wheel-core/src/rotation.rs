@@ -2,8 +2,8 @@
 //!
 //! Each slot is a FIFO list of [`Chunk`](crate::chunks::Chunk)s holding its entries inline, in
 //! arrival order. Appending writes the tail chunk; taking from the front reads the head chunk;
-//! a cascade takes the whole list. Nothing here chases a pointer per entry: a walk reads 63
-//! entries in a row before it follows a link, and starts loading the chunk after the one in
+//! a cascade takes the whole list. Nothing here chases a pointer per entry: a walk reads a
+//! chunk's entries in a row before it follows a link, and starts loading the chunk after the one in
 //! hand, since consecutive chunks of a slot lie anywhere in memory.
 //!
 //! A slot is compacted in place, in bounded steps ([`Rotation::retain_slot`]): the entries the
@@ -11,8 +11,8 @@
 //! to the pool, and between steps the list is whole again (no hole is left for the other
 //! operations to step over).
 
-use crate::chunks::{Chunks, CHUNK, NIL};
-use crate::entry::Entry;
+use crate::chunks::{Chunk, Chunks, NIL};
+use crate::entry::Stored;
 
 /// One slot: the first and last chunk of its list, both [`NIL`] when it is empty. Every
 /// chunk in a list holds at least one live entry.
@@ -117,7 +117,7 @@ impl Rotation {
 
     /// Appends `entry` to `slot`, taking a chunk from the pool when the tail chunk is full.
     #[inline]
-    pub(crate) fn push<T: Copy>(&mut self, chunks: &mut Chunks<T>, slot: usize, entry: Entry<T>) {
+    pub(crate) fn push<T: Copy>(&mut self, chunks: &mut Chunks<T>, slot: usize, entry: Stored<T>) {
         let tail = self.slots[slot].tail;
         if tail != NIL {
             let chunk = chunks.get_mut(tail);
@@ -130,7 +130,12 @@ impl Rotation {
     }
 
     #[cold]
-    fn push_to_new_chunk<T: Copy>(&mut self, chunks: &mut Chunks<T>, slot: usize, entry: Entry<T>) {
+    fn push_to_new_chunk<T: Copy>(
+        &mut self,
+        chunks: &mut Chunks<T>,
+        slot: usize,
+        entry: Stored<T>,
+    ) {
         let id = chunks.alloc();
         chunks.get_mut(id).push(entry);
         let tail = self.slots[slot].tail;
@@ -150,7 +155,7 @@ impl Rotation {
         &mut self,
         chunks: &mut Chunks<T>,
         slot: usize,
-    ) -> Option<Entry<T>> {
+    ) -> Option<Stored<T>> {
         let head = self.slots[slot].head;
         if head == NIL {
             return None;
@@ -192,7 +197,7 @@ impl Rotation {
         chunks: &mut Chunks<T>,
         slot: usize,
         max: usize,
-        out: &mut Vec<Entry<T>>,
+        out: &mut Vec<Stored<T>>,
     ) -> usize {
         let head = self.slots[slot].head;
         if head == NIL || max == 0 {
@@ -253,9 +258,9 @@ impl Rotation {
         slot: usize,
         resume: Option<Resume>,
         budget: usize,
-        kept: &mut Vec<Entry<T>>,
+        kept: &mut Vec<Stored<T>>,
         prefetch: &mut impl FnMut(&T),
-        keep: &mut impl FnMut(u64, &T) -> bool,
+        keep: &mut impl FnMut(&Stored<T>) -> bool,
     ) -> Retained {
         let mut done = Retained {
             examined: 0,
@@ -320,7 +325,7 @@ impl Rotation {
                             prefetch(&ahead.value);
                         }
                     }
-                    if keep(entry.deadline, &entry.value) {
+                    if keep(entry) {
                         kept.push(*entry);
                     }
                 }
@@ -333,7 +338,7 @@ impl Rotation {
             let mut rest = &kept[..];
             if own.is_none() && w != NIL {
                 let chunk = chunks.get_mut(w);
-                let fits = (CHUNK - chunk.end()).min(rest.len());
+                let fits = (Chunk::<T>::CAPACITY - chunk.end()).min(rest.len());
                 chunk.extend(&rest[..fits]);
                 rest = &rest[fits..];
             }
@@ -414,7 +419,7 @@ impl Rotation {
 
     /// The entries of `slot` in order (for tests).
     #[cfg(test)]
-    pub(crate) fn entries<T: Copy>(&self, chunks: &Chunks<T>, slot: usize) -> Vec<Entry<T>> {
+    pub(crate) fn entries<T: Copy>(&self, chunks: &Chunks<T>, slot: usize) -> Vec<Stored<T>> {
         let mut out = Vec::new();
         let mut id = self.slots[slot].head;
         let mut last = NIL;
@@ -469,13 +474,12 @@ fn prefetch_from<T: Copy>(
 mod tests {
     use super::*;
 
-    type E = Entry<u64>;
+    type E = Stored<u64>;
+
+    const CHUNK: usize = Chunk::<u64>::CAPACITY;
 
     fn entry(n: u64) -> E {
-        Entry {
-            deadline: n,
-            value: n,
-        }
+        Stored::new(n, n)
     }
 
     /// A rotation with `n` entries 0..n in slot 5.
@@ -506,7 +510,8 @@ mod tests {
                 budget,
                 &mut Vec::new(),
                 &mut |_| {},
-                &mut |_, &v| {
+                &mut |e: &E| {
+                    let v = e.value;
                     seen.push(v);
                     keep(v)
                 },
@@ -627,7 +632,7 @@ mod tests {
                 2 * CHUNK + 10,
                 &mut Vec::new(),
                 &mut |_| {},
-                &mut |_, &v| record(v),
+                &mut |e: &E| record(e.value),
             );
             let mut out = Vec::new();
             for _ in 0..pops {
@@ -643,7 +648,7 @@ mod tests {
                 usize::MAX,
                 &mut Vec::new(),
                 &mut |_| {},
-                &mut |_, &v| record(v),
+                &mut |e: &E| record(e.value),
             );
             assert!(second.resume.is_none());
             out.extend(rotation.entries(&chunks, 5).iter().map(|e| e.value));
@@ -676,7 +681,8 @@ mod tests {
             usize::MAX,
             &mut Vec::new(),
             &mut |&v| fetched.borrow_mut().push(v),
-            &mut |_, &v| {
+            &mut |e: &E| {
+                let v = e.value;
                 kept.push((v, fetched.borrow().len()));
                 true
             },

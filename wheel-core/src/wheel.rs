@@ -5,11 +5,11 @@ use std::fmt;
 use std::iter::FusedIterator;
 use std::mem::size_of;
 
-use crate::chunks::{Chunks, CHUNK, NIL};
-use crate::entry::Entry;
+use crate::chunks::{Chunk, Chunks, NIL};
+use crate::entry::{Entry, Stored, Wide};
 use crate::geometry::Geometry;
 use crate::level::Level;
-use crate::rotation::Resume;
+use crate::rotation::{Resume, Rotation};
 
 /// `slots` was zero or, rounded up to a power of two, above [`Wheel::MAX_SLOTS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,11 +33,15 @@ impl std::error::Error for InvalidSlots {}
 /// Invariants, which every method keeps:
 /// - the wheel's clock ([`Wheel::now`]) only moves forward, and only as far as every entry due by
 ///   then has been handed out or is waiting in the current level-0 slot;
-/// - an entry with deadline `d > now` sits in the slot named by digit `k` of `d` on a level `k`
+/// - an entry with deadline `d >= now` sits in the slot named by digit `k` of `d` on a level `k`
 ///   no higher than that of the highest base-`slots` digit in which `d` and `now` differ (see
 ///   the crate docs): on that level when placed, one lower once the early cascade moved it
-///   into the next rotation of the level below; an entry with `d <= now` sits in the current
+///   into the next rotation of the level below; an entry due at `now` sits in the current
 ///   level-0 slot;
+/// - an entry that no level holds waits outside them, with its whole deadline: one inserted
+///   with `d < now` in the *overdue* list, handed out first by the next advance, and one whose
+///   `d` lies beyond the top level's current rotation in the *beyond* list, placed when the
+///   clock reaches that rotation's end;
 /// - so every entry is in a slot whose first tick is at or before its deadline, and the
 ///   earliest due slot is found by one bitmap search per level (plus a look at each next
 ///   rotation), never by scanning;
@@ -61,6 +65,14 @@ pub struct Wheel<T: Copy> {
     levels: Box<[Level]>,
     /// Every slot's entries, in chunks from one pool.
     chunks: Chunks<T>,
+    /// The entries outside the levels, with their whole deadlines: slot [`OVERDUE`] and slot
+    /// [`BEYOND`], in chunks of their own.
+    outside: Rotation,
+    wide_chunks: Chunks<Wide<T>>,
+    /// No entry beyond the top level is due before this (the earliest deadline there, or
+    /// lower once `retain` removed that one): the clock places them when it reaches the top
+    /// level's rotation that holds it. `u64::MAX` when there are none.
+    beyond_from: u64,
     geometry: Geometry,
     now: u64,
     /// Entries held.
@@ -71,11 +83,19 @@ pub struct Wheel<T: Copy> {
     /// Where [`Wheel::retain`] goes on.
     retain: Cursor,
     /// Room for a chunk's worth of entries, for moving them a chunk at a time.
-    scratch: Vec<Entry<T>>,
+    scratch: Vec<Stored<T>>,
+    /// The same for the entries outside the levels.
+    wide_scratch: Vec<Stored<Wide<T>>>,
 }
 
+/// The slot of [`Wheel::outside`] that holds the entries inserted due already, in order.
+const OVERDUE: usize = 0;
+/// The slot of [`Wheel::outside`] that holds the entries beyond the top level.
+const BEYOND: usize = 1;
+
 /// A position of [`Wheel::retain`]: rotation `rotation % 2` of level `rotation / 2` (by where
-/// it is stored), the slot there, and where in that slot it stopped, if it stopped inside one.
+/// it is stored), or past the levels the entries outside them; the slot there, and where in
+/// that slot it stopped, if it stopped inside one.
 #[derive(Clone, Copy, Debug, Default)]
 struct Cursor {
     rotation: usize,
@@ -87,8 +107,15 @@ struct Cursor {
 /// rotation, which the early cascade has begun to fill.
 #[derive(Clone, Copy, Debug)]
 enum Due {
-    Slot { level: usize, slot: usize },
-    Rotation { level: usize },
+    Slot {
+        level: usize,
+        slot: usize,
+    },
+    Rotation {
+        level: usize,
+    },
+    /// The end of the top level's rotation: the entries beyond it are placed.
+    Beyond,
 }
 
 /// Entries each level moves early per entry inserted or handed out. A level's next slot fills
@@ -150,25 +177,33 @@ impl<T: Copy> Wheel<T> {
                 .map(|_| Level::new(geometry.slots()))
                 .collect(),
             chunks: Chunks::default(),
+            outside: Rotation::new(2),
+            wide_chunks: Chunks::default(),
+            beyond_from: u64::MAX,
             geometry,
             now: 0,
             len: 0,
             work: 0,
             retain: Cursor::default(),
-            scratch: Vec::with_capacity(CHUNK),
+            scratch: Vec::with_capacity(Chunk::<T>::CAPACITY),
+            wide_scratch: Vec::new(),
         }
     }
 
-    /// Bytes one entry takes in its slot's array: the entry itself, inline. (Chunk headers add
-    /// 16 bytes per 63 entries, and each busy slot has a partly filled chunk at its ends:
-    /// [`Wheel::reserved_bytes`] counts those.)
+    /// Bytes one entry takes in its slot's array: the value and the low 32 bits of the
+    /// deadline, inline (the slot implies the rest). Chunk headers add 16 bytes per chunk of
+    /// 1 KiB, and each busy slot has a partly filled chunk at its ends:
+    /// [`Wheel::reserved_bytes`] counts those. Entries outside the levels (due already when
+    /// inserted, or beyond the top level) take 4 bytes more.
     ///
     /// ```
     /// # use wheel_core::Wheel;
-    /// assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 16);
+    /// assert_eq!(Wheel::<u32>::entry_footprint(), 8);
+    /// assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 12);
+    /// assert_eq!(Wheel::<u64>::entry_footprint(), 16);
     /// ```
     pub fn entry_footprint() -> usize {
-        size_of::<Entry<T>>()
+        size_of::<Stored<T>>()
     }
 
     /// Chunks that hold `entries` entries, plus room for as many partly filled chunks as a
@@ -176,7 +211,7 @@ impl<T: Copy> Wheel<T> {
     fn chunks_for(slots: usize, entries: usize) -> usize {
         let partly_filled = PARTLY_FILLED_PER_SLOT * slots + PARTLY_FILLED_BEYOND;
         entries
-            .div_ceil(CHUNK)
+            .div_ceil(Chunk::<T>::CAPACITY)
             .saturating_add(entries.min(partly_filled))
     }
 
@@ -195,7 +230,8 @@ impl<T: Copy> Wheel<T> {
     pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
         let geometry = Geometry::for_slots(slots.clamp(1, Self::MAX_SLOTS));
         let tables = geometry.levels() * (size_of::<Level>() + Level::bytes(geometry.slots()))
-            + CHUNK * size_of::<Entry<T>>();
+            + Rotation::bytes(2)
+            + Chunk::<T>::CAPACITY * size_of::<Stored<T>>();
         tables.saturating_add(Chunks::<T>::bytes_for(Self::chunks_for(
             geometry.slots(),
             entries,
@@ -207,18 +243,22 @@ impl<T: Copy> Wheel<T> {
     pub fn allocated_bytes(&self) -> usize {
         let slots = self.geometry.slots();
         self.levels.len() * (size_of::<Level>() + Level::bytes(slots))
-            + self.scratch.capacity() * size_of::<Entry<T>>()
+            + Rotation::bytes(2)
+            + self.scratch.capacity() * size_of::<Stored<T>>()
+            + self.wide_scratch.capacity() * size_of::<Stored<Wide<T>>>()
             + self.chunks.allocated_bytes()
+            + self.wide_chunks.allocated_bytes()
     }
 
     /// Makes room for `additional` more entries, so that inserting them, and cascading them
     /// down the levels later, takes chunks from the pool instead of allocating: enough chunks
-    /// for the entries themselves, 63 to a chunk, and for the partly filled chunks at the ends
-    /// of the slots they land in, up to `4 × slots + 64` of them (every slot of the two
-    /// rotations of levels 0 and 1, and a few more). A wheel whose entries are spread thinner
-    /// than that over more slots may still allocate a chunk now and then. The room is written as well as allocated, so the kernel supplies its pages
-    /// now rather than one at a time during the inserts. Room allocated before a failure stays;
-    /// the entries are as they were.
+    /// for the entries themselves (126 to a chunk with 4-byte values, 84 with 8-byte ones),
+    /// and for the partly filled chunks at the ends of the slots they land in, up to
+    /// `4 × slots + 64` of them (every slot of the two rotations of levels 0 and 1, and a few
+    /// more). A wheel whose entries are spread thinner than that over more slots may still
+    /// allocate a chunk now and then. The room is written as well as allocated, so the kernel
+    /// supplies its pages now rather than one at a time during the inserts. Room allocated
+    /// before a failure stays; the entries are as they were.
     ///
     /// ```
     /// # use wheel_core::Wheel;
@@ -242,7 +282,9 @@ impl<T: Copy> Wheel<T> {
         self.geometry.slots()
     }
 
-    /// The number of levels: enough that every `u64` deadline has one.
+    /// The number of levels: as many as have slots at most 2^32 ticks wide (6 of 64 slots,
+    /// spanning 2^36 ticks). Deadlines further ahead wait outside the levels until the clock
+    /// comes that close.
     pub fn levels(&self) -> usize {
         self.levels.len()
     }
@@ -268,13 +310,40 @@ impl<T: Copy> Wheel<T> {
     /// while the pool has a chunk.
     #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) {
-        let (level, slot) = self.geometry.place(self.now, deadline);
-        self.levels[level]
-            .current_mut()
-            .push(&mut self.chunks, slot, Entry { deadline, value });
+        self.place(Entry { deadline, value });
         self.len += 1;
         // Earned here, spent when advancing: an insert stays an append.
         self.work = self.work.saturating_add(1);
+    }
+
+    /// Puts `entry` where it belongs with the clock where it is: a slot, or outside the levels.
+    #[inline]
+    fn place(&mut self, entry: Entry<T>) {
+        if entry.deadline < self.now {
+            return self.put_outside(OVERDUE, entry);
+        }
+        let (level, slot) = self.geometry.place(self.now, entry.deadline);
+        match self.levels.get_mut(level) {
+            Some(level) => level.current_mut().push(
+                &mut self.chunks,
+                slot,
+                Stored::new(entry.deadline, entry.value),
+            ),
+            None => self.put_outside(BEYOND, entry),
+        }
+    }
+
+    #[cold]
+    fn put_outside(&mut self, list: usize, entry: Entry<T>) {
+        if list == BEYOND {
+            // A bound `retain` left behind counts only while its list still holds entries.
+            self.beyond_from = match self.outside.is_occupied(BEYOND) {
+                true => self.beyond_from.min(entry.deadline),
+                false => entry.deadline,
+            };
+        }
+        self.outside
+            .push(&mut self.wide_chunks, list, Stored::wide(entry));
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
@@ -283,6 +352,9 @@ impl<T: Copy> Wheel<T> {
     /// Never below [`Wheel::now`]; `None` when the wheel is empty. O(levels), no scanning of
     /// empty slots.
     pub fn next_expiration(&self) -> Option<u64> {
+        if self.outside.is_occupied(OVERDUE) {
+            return Some(self.now);
+        }
         self.next_due().map(|(start, _)| start)
     }
 
@@ -323,7 +395,8 @@ impl<T: Copy> Wheel<T> {
 
     /// Incremental compaction: examines up to `budget` entries, going on where the previous
     /// call stopped, and removes those for which `keep(deadline, &value)` is false; the others
-    /// stay where they are, in order. Returns how many it examined.
+    /// stay where they are, in order. Returns how many it examined. (The entries outside the
+    /// levels come last in the order.)
     ///
     /// Calls walk the wheel's slots in a fixed order, from the first to the last and round
     /// again. A call returns less than `budget` only when it reached the end of that order: the
@@ -331,7 +404,7 @@ impl<T: Copy> Wheel<T> {
     /// slot meanwhile, once each (an entry that moved, cascading to a lower level or into
     /// another rotation, may be seen twice or wait for the next round). No call costs more
     /// than O(`budget`), plus O(levels × slots / 64) for skipping empty slots, plus moving one
-    /// chunk's worth (63) of entries: the entries kept move down into the room the removed
+    /// chunk's worth (at most 126) of entries: the entries kept move down into the room the removed
     /// ones left, so the chunks this empties go back to the pool.
     ///
     /// ```
@@ -378,17 +451,20 @@ impl<T: Copy> Wheel<T> {
         keep: &mut impl FnMut(u64, &T) -> bool,
     ) -> usize {
         let mut examined = 0;
-        let rotations = 2 * self.levels.len();
+        let outside = 2 * self.levels.len();
         while examined < budget {
             let cursor = self.retain;
-            let rotation = self.levels[cursor.rotation / 2].rotation_mut(cursor.rotation % 2);
+            let rotation = match cursor.rotation {
+                r if r < outside => self.levels[r / 2].rotation_mut(r % 2),
+                _ => &mut self.outside,
+            };
             let Some(slot) = rotation.next_occupied(cursor.slot) else {
                 self.retain = Cursor {
                     rotation: cursor.rotation + 1,
                     slot: 0,
                     resume: None,
                 };
-                if self.retain.rotation == rotations {
+                if self.retain.rotation > outside {
                     // The end of the order: a round is complete.
                     self.retain.rotation = 0;
                     break;
@@ -396,15 +472,33 @@ impl<T: Copy> Wheel<T> {
                 continue;
             };
             let resume = cursor.resume.filter(|_| slot == cursor.slot);
-            let done = rotation.retain_slot::<T, PREFETCH>(
-                &mut self.chunks,
-                slot,
-                resume,
-                budget - examined,
-                &mut self.scratch,
-                prefetch,
-                keep,
-            );
+            let left = budget - examined;
+            let done = if cursor.rotation < outside {
+                let start = self.slot_start(cursor.rotation, slot);
+                let rotation = self.levels[cursor.rotation / 2].rotation_mut(cursor.rotation % 2);
+                rotation.retain_slot::<T, PREFETCH>(
+                    &mut self.chunks,
+                    slot,
+                    resume,
+                    left,
+                    &mut self.scratch,
+                    prefetch,
+                    &mut |stored| keep(stored.deadline_in(start), &stored.value),
+                )
+            } else {
+                self.outside.retain_slot::<Wide<T>, PREFETCH>(
+                    &mut self.wide_chunks,
+                    slot,
+                    resume,
+                    left,
+                    &mut self.wide_scratch,
+                    &mut |wide| prefetch(&wide.value),
+                    &mut |stored| {
+                        let entry = stored.entry();
+                        keep(entry.deadline, &entry.value)
+                    },
+                )
+            };
             examined += done.examined;
             self.len -= done.removed;
             self.retain = match done.resume {
@@ -423,6 +517,21 @@ impl<T: Copy> Wheel<T> {
         examined
     }
 
+    /// The first tick of `slot` in rotation `rotation % 2` of level `rotation / 2` (numbered
+    /// by where it is stored, as [`Cursor`] numbers them), current or next.
+    fn slot_start(&self, rotation: usize, slot: usize) -> u64 {
+        let (level, which) = (rotation / 2, rotation % 2);
+        let in_rotation = if self.levels[level].is_current(which) {
+            self.now
+        } else {
+            // An empty next rotation past `u64` has no slots to ask about.
+            self.geometry
+                .next_rotation(level, self.now)
+                .unwrap_or(self.now)
+        };
+        self.geometry.slot_start(level, slot, in_rotation)
+    }
+
     /// Counts one entry handed out towards the early cascade, and runs the cascade once the
     /// entries inserted or handed out since it last ran reach [`EARLY_EVERY`], so a long
     /// hand-out interleaves it in small runs.
@@ -438,8 +547,8 @@ impl<T: Copy> Wheel<T> {
     /// higher slot due before it and turning every rotation that began; the clock moves to
     /// that slot's tick, or to `now` when nothing is due.
     fn due_slot(&mut self, now: u64) -> Option<usize> {
-        // Entries due in the past wait in the slot starting at the clock: a `now` below the
-        // clock must still reach them.
+        // Entries a partial hand-out left wait in the slot starting at the clock: a `now`
+        // below the clock must still reach them.
         let now = now.max(self.now);
         self.cascade_early();
         loop {
@@ -452,6 +561,7 @@ impl<T: Copy> Wheel<T> {
                 Due::Slot { level: 0, slot } => return Some(slot),
                 Due::Slot { level, slot } => self.cascade(level, slot),
                 Due::Rotation { level } => self.levels[level].turn(),
+                Due::Beyond => self.place_beyond(),
             }
         }
     }
@@ -484,16 +594,42 @@ impl<T: Copy> Wheel<T> {
                 }
             }
         }
+        if self.outside.is_occupied(BEYOND) {
+            let top = self.levels.len() - 1;
+            consider(
+                self.geometry.rotation_start(top, self.beyond_from),
+                Due::Beyond,
+            );
+        }
         first
     }
 
-    /// Takes the next entry of level-0 slot `slot`, if any.
+    /// Takes the next entry of level-0 slot `slot`, if any: the slot of the clock's tick.
     #[inline]
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
-        let entry = self.levels[0]
+        let stored = self.levels[0]
             .current_mut()
             .pop_front(&mut self.chunks, slot)?;
-        debug_assert!(entry.deadline <= self.now, "handed out early");
+        let entry = Entry {
+            deadline: stored.deadline_in(self.now),
+            value: stored.value,
+        };
+        debug_assert_eq!(entry.deadline, self.now, "handed out early, or late");
+        self.len -= 1;
+        self.count_work();
+        Some(entry)
+    }
+
+    /// Takes the next entry inserted due already, if any.
+    #[inline]
+    fn hand_out_overdue(&mut self) -> Option<Entry<T>> {
+        if !self.outside.is_occupied(OVERDUE) {
+            return None;
+        }
+        let entry = self
+            .outside
+            .pop_front(&mut self.wide_chunks, OVERDUE)?
+            .entry();
         self.len -= 1;
         self.count_work();
         Some(entry)
@@ -503,6 +639,7 @@ impl<T: Copy> Wheel<T> {
     /// chunk at a time; each chunk goes back to the pool once copied out, so the slots it fills
     /// reuse it.
     fn cascade(&mut self, level: usize, slot: usize) {
+        let start = self.geometry.slot_start(level, slot, self.now);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut id = self.levels[level].current_mut().take(slot);
         while id != NIL {
@@ -512,15 +649,38 @@ impl<T: Copy> Wheel<T> {
             let next = chunk.next();
             self.chunks.prefetch(next);
             self.chunks.release(id);
-            for &entry in &scratch {
-                let (level, slot) = self.geometry.place(self.now, entry.deadline);
+            for stored in &scratch {
+                // Due at or after the slot's start, where the clock is: on a lower level.
+                let deadline = stored.deadline_in(start);
+                let (level, slot) = self.geometry.place(self.now, deadline);
                 self.levels[level]
                     .current_mut()
-                    .push(&mut self.chunks, slot, entry);
+                    .push(&mut self.chunks, slot, *stored);
             }
             id = next;
         }
         self.scratch = scratch;
+    }
+
+    /// The clock reached the top level's rotation that holds the earliest entry beyond the
+    /// levels: those entries are placed again from here, on the levels or (still further
+    /// ahead) beyond them once more.
+    fn place_beyond(&mut self) {
+        let mut scratch = std::mem::take(&mut self.wide_scratch);
+        let mut id = self.outside.take(BEYOND);
+        self.beyond_from = u64::MAX;
+        while id != NIL {
+            let chunk = self.wide_chunks.get(id);
+            scratch.clear();
+            scratch.extend_from_slice(chunk.live());
+            let next = chunk.next();
+            self.wide_chunks.release(id);
+            for stored in &scratch {
+                self.place(stored.entry());
+            }
+            id = next;
+        }
+        self.wide_scratch = scratch;
     }
 
     /// The early cascade: a wheel that cascades a slot only when it falls due stalls for as
@@ -542,6 +702,7 @@ impl<T: Copy> Wheel<T> {
             if next >= self.geometry.slots() || !self.levels[level].current().is_occupied(next) {
                 continue;
             }
+            let start = self.geometry.slot_start(level, next, self.now);
             let (below, from) = self.levels.split_at_mut(level);
             let (from, into) = (from[0].current_mut(), below[level - 1].upcoming_mut());
             let mut left = budget;
@@ -552,9 +713,9 @@ impl<T: Copy> Wheel<T> {
                     break;
                 }
                 left -= moved;
-                for &entry in &scratch {
-                    let slot = self.geometry.slot_for(level - 1, entry.deadline);
-                    into.push(&mut self.chunks, slot, entry);
+                for stored in &scratch {
+                    let slot = self.geometry.slot_for(level - 1, stored.deadline_in(start));
+                    into.push(&mut self.chunks, slot, *stored);
                 }
             }
         }
@@ -579,6 +740,10 @@ impl<T: Copy> Iterator for Advance<'_, T> {
         if let Some(entry) = self.draining.and_then(|slot| self.wheel.hand_out(slot)) {
             return Some(entry);
         }
+        // Entries inserted due already come first (no advance moves an entry there).
+        if let Some(entry) = self.wheel.hand_out_overdue() {
+            return Some(entry);
+        }
         self.draining = self.wheel.due_slot(self.now);
         self.wheel.hand_out(self.draining?)
     }
@@ -599,20 +764,34 @@ impl<T: Copy> Iterator for Drain<'_, T> {
 
     fn next(&mut self) -> Option<Entry<T>> {
         let wheel = &mut *self.wheel;
-        while self.rotation < 2 * wheel.levels.len() {
-            let rotation = wheel.levels[self.rotation / 2].rotation_mut(self.rotation % 2);
-            match rotation.next_occupied(self.slot) {
-                Some(slot) => {
-                    self.slot = slot;
-                    let entry = rotation.pop_front(&mut wheel.chunks, slot);
-                    wheel.len -= 1;
-                    return entry;
+        let outside = 2 * wheel.levels.len();
+        while self.rotation <= outside {
+            let rotation = match self.rotation {
+                r if r < outside => wheel.levels[r / 2].rotation_mut(r % 2),
+                _ => &mut wheel.outside,
+            };
+            let Some(slot) = rotation.next_occupied(self.slot) else {
+                self.rotation += 1;
+                self.slot = 0;
+                continue;
+            };
+            self.slot = slot;
+            let entry = if self.rotation < outside {
+                let start = wheel.slot_start(self.rotation, slot);
+                let rotation = wheel.levels[self.rotation / 2].rotation_mut(self.rotation % 2);
+                let stored = rotation.pop_front(&mut wheel.chunks, slot)?;
+                Entry {
+                    deadline: stored.deadline_in(start),
+                    value: stored.value,
                 }
-                None => {
-                    self.rotation += 1;
-                    self.slot = 0;
-                }
-            }
+            } else {
+                wheel
+                    .outside
+                    .pop_front(&mut wheel.wide_chunks, slot)?
+                    .entry()
+            };
+            wheel.len -= 1;
+            return Some(entry);
         }
         None
     }
@@ -634,6 +813,8 @@ impl<T: Copy> Drop for Drain<'_, T> {
                 level.rotation_mut(which).clear(&mut wheel.chunks);
             }
         }
+        wheel.outside.clear(&mut wheel.wide_chunks);
+        wheel.beyond_from = u64::MAX;
         wheel.len = 0;
     }
 }
@@ -705,7 +886,7 @@ mod tests {
     #[test]
     fn a_cascade_gives_its_chunks_back_as_it_goes() {
         let mut wheel = Wheel::new();
-        let n = 20 * CHUNK as u64;
+        let n = 20 * Chunk::<u64>::CAPACITY as u64;
         for i in 0..n {
             wheel.insert(5_000_000 + i % 7, i); // level 3, slot 19: not the next slot
         }

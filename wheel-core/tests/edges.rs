@@ -125,11 +125,11 @@ fn u64_max_is_a_legal_deadline() {
     assert_eq!(due(&mut wheel, u64::MAX - 1), ["max-1"]);
     assert_eq!(due(&mut wheel, u64::MAX), ["max"]);
     assert_eq!(wheel.now(), u64::MAX);
-    // At the end of time, everything is due at once.
+    // At the end of time, everything is due at once, in deadline order.
     wheel.insert(u64::MAX, "again");
     wheel.insert(0, "past");
     assert_eq!(wheel.next_expiration(), Some(u64::MAX));
-    assert_eq!(due(&mut wheel, u64::MAX), ["again", "past"]);
+    assert_eq!(due(&mut wheel, u64::MAX), ["past", "again"]);
 }
 
 #[test]
@@ -289,13 +289,13 @@ fn forgotten_drain_leaves_a_consistent_wheel() {
 #[test]
 fn with_slots_rounds_up_to_a_power_of_two() {
     let cases = [
-        (1, 2, 64),
-        (2, 2, 64),
-        (3, 4, 32),
-        (4, 4, 32),
-        (64, 64, 11),
-        (500, 512, 8),
-        (4096, 4096, 6),
+        (1, 2, 33),
+        (2, 2, 33),
+        (3, 4, 17),
+        (4, 4, 17),
+        (64, 64, 6),
+        (500, 512, 4),
+        (4096, 4096, 3),
     ];
     for (asked, slots, levels) in cases {
         let wheel = Wheel::<u8>::with_slots(asked).unwrap();
@@ -307,7 +307,7 @@ fn with_slots_rounds_up_to_a_power_of_two() {
     }
     let default = Wheel::<u8>::new();
     assert_eq!(default.slots_per_level(), Wheel::<u8>::DEFAULT_SLOTS);
-    assert_eq!(default.levels(), 11);
+    assert_eq!(default.levels(), 6, "slots up to 2^32 ticks wide");
 }
 
 #[test]
@@ -643,11 +643,11 @@ fn retain_prefetched_sees_every_value_ahead_of_keep() {
 // --- memory --------------------------------------------------------------------------------
 
 #[test]
-fn an_entry_is_16_bytes_with_an_8_byte_value() {
+fn a_slot_keeps_the_value_and_the_low_half_of_the_deadline() {
     assert_eq!(std::mem::size_of::<Entry<[u32; 2]>>(), 16);
-    assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 16);
+    assert_eq!(Wheel::<[u32; 2]>::entry_footprint(), 12);
     assert_eq!(Wheel::<u64>::entry_footprint(), 16);
-    assert_eq!(Wheel::<u32>::entry_footprint(), 16);
+    assert_eq!(Wheel::<u32>::entry_footprint(), 8);
 }
 
 /// Chunks go back to the pool as slots empty and come out of it again: a wheel filled and
@@ -716,8 +716,8 @@ fn try_reserve_reports_what_cannot_be_had() {
     assert_eq!(due(&mut wheel, 5), [5]);
 }
 
-/// `reserved_bytes` is what a reserved wheel allocates: the entries in chunks (16 bytes each
-/// with an 8-byte value, plus chunk headers and room for partly filled chunks) and the
+/// `reserved_bytes` is what a reserved wheel allocates: the entries in chunks (12 bytes each
+/// with an 8-byte value, 84 to a 1 KiB chunk, plus room for partly filled chunks) and the
 /// levels' tables.
 #[test]
 fn reserved_bytes_counts_entries_and_tables() {
@@ -726,10 +726,10 @@ fn reserved_bytes_counts_entries_and_tables() {
     assert!(Wheel::<[u32; 2]>::reserved_bytes(4096, 0) > 16 * empty);
     for entries in [1, 1_000, 1_000_000, 5_000_000] {
         let bytes = Wheel::<[u32; 2]>::reserved_bytes(64, entries) - empty;
-        assert!(bytes >= 16 * entries, "{entries}");
-        // Chunk headers (16 bytes per 63 entries), room for 4 × 64 + 64 partly filled 1 KiB
-        // chunks, a chunk for rounding up, and the blocks' pointers.
-        let most = 16 * entries * 64 / 63 + 320 * 1024 + 1024 + 8 * 1024;
+        assert!(bytes >= 12 * entries, "{entries}");
+        // 1 KiB per 84 entries, room for 4 × 64 + 64 partly filled 1 KiB chunks, a chunk for
+        // rounding up, and the blocks' pointers.
+        let most = entries * 1024 / 84 + 320 * 1024 + 1024 + 8 * 1024;
         assert!(bytes <= most, "{entries}: {bytes} > {most}");
         let mut wheel = Wheel::<[u32; 2]>::new();
         wheel.try_reserve(entries).unwrap();
@@ -754,4 +754,79 @@ fn clone_is_independent() {
     assert_eq!(due(&mut wheel, 12), [1]);
     assert_eq!(due(&mut copy, 12), [2]);
     assert!(format!("{wheel:?}").contains("now: 12"));
+}
+
+/// Deadlines past the top level (2^36 ticks with 64 slots) wait outside the levels; the clock
+/// places them when it reaches the top rotation of the earliest, not at every rotation on the
+/// way, and each still comes out exactly on time.
+#[test]
+fn far_deadlines_wait_beyond_the_levels_and_come_out_on_time() {
+    let mut wheel = Wheel::new();
+    let deadlines = [
+        (1u64 << 36) - 1,
+        1 << 36,
+        1 << 40,
+        (1 << 40) + 5,
+        (1 << 62) + 7,
+        u64::MAX,
+    ];
+    for &d in deadlines.iter().rev() {
+        wheel.insert(d, d);
+    }
+    let mut seen = Vec::new();
+    let mut steps = 0;
+    while let Some(next) = wheel.next_expiration() {
+        steps += 1;
+        assert!(due(&mut wheel, next - 1).is_empty(), "early before {next}");
+        for d in due(&mut wheel, next) {
+            assert_eq!(d, next, "exactly on time");
+            seen.push(d);
+        }
+    }
+    assert_eq!(seen, deadlines);
+    assert!(
+        steps < 100,
+        "{steps} steps: the far list stepped through rotations"
+    );
+}
+
+/// An entry inserted due already comes out first on the next advance, in insertion order
+/// among its kind, and `retain` examines it like any other.
+#[test]
+fn entries_inserted_due_come_first_and_retain_sees_them() {
+    let mut wheel = Wheel::new();
+    wheel.insert(1_000, 'b');
+    assert!(due(&mut wheel, 999).is_empty());
+    wheel.insert(5, 'a');
+    wheel.insert(3, 'c');
+    wheel.insert(7, 'd');
+    assert_eq!(wheel.next_expiration(), Some(999));
+    let mut examined = Vec::new();
+    assert_eq!(
+        wheel.retain(10, |deadline, &v| {
+            examined.push((deadline, v));
+            v != 'c'
+        }),
+        4
+    );
+    examined.sort_unstable();
+    assert_eq!(examined, [(3, 'c'), (5, 'a'), (7, 'd'), (1_000, 'b')]);
+    assert_eq!(due(&mut wheel, 1_000), ['a', 'd', 'b']);
+    assert!(wheel.is_empty());
+}
+
+/// `retain` empties the far list; the clock moves past where its entry was due; a new far
+/// entry then sets its own time, not the removed one's.
+#[test]
+fn a_far_entry_removed_by_retain_leaves_no_stale_wake_up() {
+    let mut wheel = Wheel::new();
+    wheel.insert(1 << 40, 1u32);
+    assert_eq!(wheel.retain(10, |_, _| false), 1);
+    assert!(due(&mut wheel, (1 << 40) + 1).is_empty());
+    let far = (1u64 << 41) + 3;
+    wheel.insert(far, 2);
+    let next = wheel.next_expiration().unwrap();
+    assert!(next > wheel.now() && next <= far, "{next}");
+    assert_eq!(due(&mut wheel, far - 1), []);
+    assert_eq!(due(&mut wheel, far), [2]);
 }
