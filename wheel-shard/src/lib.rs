@@ -7,8 +7,9 @@
 //! # Data flow of one timer
 //!
 //! A timer lives in one place, its **record**: one 64-byte cache line holding its state word,
-//! its deadline, the ticket of its live reference, and its task (inline when the closure is at
-//! most 32 bytes). Everything else carries 16-byte *references* — (deadline, slot, ticket).
+//! its deadline, the deadline of its live reference, and its task (inline when the closure is
+//! at most 32 bytes). Everything else carries *references* — (deadline, slot): 16 bytes in the
+//! ring, 8 in the wheel, whose arrays keep the deadline's low 32 bits, the reference's ticket.
 //!
 //! ```text
 //!  producer threads              shard i (one per core)                     executor
@@ -17,10 +18,10 @@
 //!   │ deadline = ⌈now+delay⌉ tick
 //!   │ shard = hash(thread seq)
 //!   │ free slot from this thread's cache (batches of 256)
-//!   │ arm the record: task, deadline, ticket, SCHEDULED
+//!   │ arm the record: task, deadline, live reference, SCHEDULED
 //!   ▼
 //!  PendingRing (bounded MPSC) ─────▶ tick thread "wheel-tick-i"
-//!   (deadline, slot, ticket)          1. ≤ transfer_batch ring → Wheel
+//!   (deadline, slot)                  1. ≤ transfer_batch ring → Wheel
 //!   full? wait ≤ saturation_          2. notices: place new references          ┌▶ worker "wheel-exec-k"
 //!   timeout, then Saturated           3. due references → executor ───────────┤   claim on the record:
 //!                                        (never reads a record)               │    stale → drop

@@ -10,10 +10,8 @@
 
 use std::mem::size_of;
 
-use wheel_core::Wheel;
-
 use crate::error::ConfigError;
-use crate::shard::{PendingRing, Placement, Shard, TimerRef, TimerTable};
+use crate::shard::{PendingRing, Placement, Shard, ShardWheel, TimerTable};
 use crate::Config;
 
 /// The share of the machine's memory the service may take up front: half. That memory is
@@ -26,7 +24,7 @@ const MACHINE_SHARE_DIVISOR: u64 = 2;
 pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
     let shards = config.shards.max(1) as u64;
     let per_shard = config.capacity.div_ceil(config.shards.max(1));
-    let wheel = |entries| Wheel::<TimerRef>::reserved_bytes(config.wheel_slots, entries) as u64;
+    let wheel = |entries| ShardWheel::reserved_bytes(config.wheel_slots, entries) as u64;
     let table = |slots| TimerTable::bytes_for(slots) as u64;
     let times = |count: u64, bytes: u64| count.saturating_mul(bytes);
     [
@@ -151,8 +149,7 @@ mod tests {
 
     #[test]
     fn capacity_costs_its_cells_and_wheel_places() {
-        let per_timer =
-            (size_of::<crate::shard::Record>() + Wheel::<TimerRef>::entry_footprint()) as u64;
+        let per_timer = (size_of::<crate::shard::Record>() + ShardWheel::entry_footprint()) as u64;
         assert_eq!(part(&config(0), "capacity"), 0);
         let million = part(&config(1_000_000), "capacity");
         assert!(million >= 1_000_000 * per_timer, "{million}");

@@ -14,7 +14,7 @@ use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::tick::{hand_back, TickLoop};
 use crate::runtime::worker;
-use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, TimerRef};
+use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
 use crate::stats::{Lateness, Stats};
 use crate::task::Task;
 use crate::timer::{TimerId, Unfired};
@@ -240,11 +240,8 @@ impl TimerService {
             return Err(ScheduleError::Saturated);
         };
         let record = shard.table.record_of(slot);
-        let (gen, ticket) = record.arm(deadline, task);
-        let placement = Placement {
-            deadline,
-            timer: TimerRef { slot, ticket },
-        };
+        let (gen, _) = record.arm(deadline, task);
+        let placement = Placement { deadline, slot };
         match shard.push(placement, wait) {
             Ok(()) => {
                 shard.nudge(deadline);
@@ -304,12 +301,9 @@ impl TimerService {
         match record.reschedule(id.gen(), deadline) {
             None => false,
             Some(Moved::Later) => true,
-            Some(Moved::Earlier(ticket)) => {
-                let timer = TimerRef {
-                    slot: id.slot(),
-                    ticket,
-                };
-                shard.notify(Notice::Earlier(Placement { deadline, timer }));
+            Some(Moved::Earlier) => {
+                let slot = id.slot();
+                shard.notify(Notice::Earlier(Placement { deadline, slot }));
                 true
             }
         }
@@ -441,7 +435,7 @@ impl Handle {
         // postponed one found by a worker, one moved earlier) come back here.
         for shard in core.shards.iter() {
             while let Some(notice) = shard.notices.steal().success() {
-                unfired.extend(hand_back(core, shard, notice.placement().timer));
+                unfired.extend(hand_back(core, shard, notice.placement().reference()));
             }
         }
         core.collected.store(true, Ordering::SeqCst);
@@ -467,7 +461,7 @@ fn join_unless_current<T>(handle: JoinHandle<T>) -> Option<T> {
 fn spawn_threads(
     core: &Arc<Core>,
     locals: Vec<crossbeam_deque::Worker<Run>>,
-    wheels: Vec<wheel_core::Wheel<TimerRef>>,
+    wheels: Vec<ShardWheel>,
     threads: &mut Threads,
 ) -> std::io::Result<()> {
     let cores = if core.config.pin_threads {

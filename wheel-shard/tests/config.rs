@@ -144,8 +144,8 @@ fn a_capacity_over_the_machines_memory_is_refused_not_aborted() {
     };
     config.validate().unwrap();
     assert!(
-        config.memory_estimate() > 20_000_000_000,
-        "{} bytes: about 76 a timer",
+        config.memory_estimate() > 19_000_000_000,
+        "{} bytes: about 72 a timer",
         config.memory_estimate()
     );
     let Some(error) = refusal(config) else { return };

@@ -8,7 +8,7 @@
 //! the next tick.
 //!
 //! The tick thread never runs a callback and never reads a timer's record while the service
-//! runs: what it needs to place a timer (deadline, slot, ticket) comes with the reference, and
+//! runs: what it needs to place a timer (deadline, slot) comes with the reference, and
 //! whether a due reference still names a live timer is the worker's question (`Record::claim`).
 //! Only at shutdown does it read records, to hand back the timers still pending.
 
@@ -18,7 +18,9 @@ use wheel_core::Wheel;
 
 use crate::executor::Run;
 use crate::runtime::core::Core;
-use crate::shard::{Notice, Placement, Shard, TimerRef, CLEANUP_TICKS, IDLE};
+use crate::shard::{
+    ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
+};
 use crate::timer::{TimerId, Unfired};
 
 /// Due references handed out per pass of the loop (each pass also drains the ring).
@@ -44,7 +46,7 @@ const COMPACT_MIN_STALE: usize = 4096;
 pub(crate) struct TickLoop<'a> {
     core: &'a Core,
     shard: &'a Shard,
-    wheel: Wheel<TimerRef>,
+    wheel: ShardWheel,
     /// `Config::transfer_batch`: the most commands moved during one tick.
     batch: usize,
     /// The tick the transfer budget is counted for, and what is left of it.
@@ -61,7 +63,7 @@ pub(crate) struct TickLoop<'a> {
 
 impl<'a> TickLoop<'a> {
     /// The loop of shard `shard`, owning `wheel` (see [`TickLoop::wheel`]).
-    pub(crate) fn new(core: &'a Core, shard: usize, wheel: Wheel<TimerRef>) -> Self {
+    pub(crate) fn new(core: &'a Core, shard: usize, wheel: ShardWheel) -> Self {
         TickLoop {
             core,
             shard: &core.shards[shard],
@@ -79,7 +81,7 @@ impl<'a> TickLoop<'a> {
     /// (built by the thread that starts the service, so `TimerService::new` returns with the
     /// memory in place). The room is allocated fallibly: a refusal is an error naming
     /// `capacity`, never an abort.
-    pub(crate) fn wheel(core: &Core) -> Result<Wheel<TimerRef>, crate::ConfigError> {
+    pub(crate) fn wheel(core: &Core) -> Result<ShardWheel, crate::ConfigError> {
         let mut wheel = Wheel::with_slots(core.config.wheel_slots)
             .expect("Config::validate bounds wheel_slots");
         wheel
@@ -174,7 +176,7 @@ impl<'a> TickLoop<'a> {
     }
 
     fn place(&mut self, placement: Placement) {
-        self.wheel.insert(placement.deadline, placement.timer);
+        self.wheel.insert(placement.deadline, placement.slot);
     }
 
     /// Places every notice's reference; `true` when there was any.
@@ -220,13 +222,13 @@ impl<'a> TickLoop<'a> {
         let table = &self.shard.table;
         // Plain `retain`: with one load per record the processor overlaps the misses itself,
         // and explicit prefetching measured slower (see docs/performance.md).
-        let examined = self
-            .wheel
-            .retain(COMPACT_PER_PASS.min(self.sweep_left), |_, timer| {
-                table
-                    .record(timer.slot)
-                    .is_some_and(|record| record.is_live(timer.ticket))
-            });
+        let examined =
+            self.wheel
+                .retain(COMPACT_PER_PASS.min(self.sweep_left), |deadline, &slot| {
+                    table
+                        .record(slot)
+                        .is_some_and(|record| record.is_live(ticket_of(deadline)))
+                });
         self.sweep_left = self.sweep_left.saturating_sub(examined.max(1));
         self.sweep_left > 0
     }
@@ -245,7 +247,7 @@ impl<'a> TickLoop<'a> {
             for entry in self.wheel.advance(now).take(take) {
                 let run = Run {
                     shard: shard as u32,
-                    timer: entry.value,
+                    timer: TimerRef::due_at(entry.value, entry.deadline),
                     now,
                     handed_at,
                 };
@@ -269,7 +271,11 @@ impl<'a> TickLoop<'a> {
         shard.ring.drain_closed(|placement| self.place(placement));
         self.apply_notices();
         let mut unfired = Vec::with_capacity(self.wheel.len());
-        let timers: Vec<TimerRef> = self.wheel.drain().map(|entry| entry.value).collect();
+        let timers: Vec<TimerRef> = self
+            .wheel
+            .drain()
+            .map(|entry| TimerRef::due_at(entry.value, entry.deadline))
+            .collect();
         for timer in timers {
             unfired.extend(hand_back(self.core, shard, timer));
         }
@@ -348,11 +354,8 @@ mod tests {
             let slot = shard.table.claim().unwrap();
             let record = shard.table.record_of(slot);
             let deadline = 1_000_000 + i as u64;
-            let (gen, ticket) = record.arm(deadline, Task::once(|| {}));
-            tick.place(Placement {
-                deadline,
-                timer: TimerRef { slot, ticket },
-            });
+            let (gen, _) = record.arm(deadline, Task::once(|| {}));
+            tick.place(Placement { deadline, slot });
             timers.push((slot, gen));
         }
         assert!(!tick.compact(), "nothing stale: no sweep");

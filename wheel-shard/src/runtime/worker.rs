@@ -24,7 +24,7 @@ use crossbeam_deque::Worker;
 use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::executor::{Run, WorkerStats};
 use crate::runtime::core::Core;
-use crate::shard::{Claim, Notice, Placement, Shard, TimerRef};
+use crate::shard::{Claim, Notice, Placement, Shard};
 use crate::stopwatch::Stopwatch;
 use crate::task::{next_run, Task};
 use crate::timer::TimerId;
@@ -153,12 +153,9 @@ fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
     };
     match record.claim(run.timer.ticket, run.now) {
         Claim::Stale => {}
-        Claim::Later { deadline, ticket } => {
-            let timer = TimerRef {
-                slot: run.timer.slot,
-                ticket,
-            };
-            shard.notify(Notice::Place(Placement { deadline, timer }));
+        Claim::Later { deadline } => {
+            let slot = run.timer.slot;
+            shard.notify(Notice::Place(Placement { deadline, slot }));
         }
         Claim::Fire {
             deadline,
@@ -227,16 +224,10 @@ fn execute_repeating(
         let period = task.period().unwrap_or(1);
         let next = next_run(deadline, period, core.clock.now());
         match record.finish_run(gen, next, task) {
-            Ok(ticket) => {
-                let timer = TimerRef {
-                    slot: run.timer.slot,
-                    ticket,
-                };
-                shard.notify(Notice::Place(Placement {
-                    deadline: next,
-                    timer,
-                }));
-            }
+            Ok(_) => shard.notify(Notice::Place(Placement {
+                deadline: next,
+                slot: run.timer.slot,
+            })),
             Err(task) => end_repeating(core, shard, run.timer.slot, task),
         }
         return;

@@ -31,25 +31,47 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
 pub(crate) use cells::{Cells, RingRefused};
-pub(crate) use record::{Cancelled, Claim, Moved, Record, GENERATION_BITS};
+pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, GENERATION_BITS};
 pub(crate) use ring::{PendingRing, PushError};
 pub(crate) use table::TimerTable;
 use wake::TickWaker;
 pub(crate) use wake::{CLEANUP_TICKS, IDLE};
 
-/// A reference to a timer, as rings, notices and the wheel carry it: its record's slot and
-/// the ticket of the reference (see `Record`). The deadline travels beside it.
+/// A shard's wheel: it holds each reference as its record's slot, due at the reference's
+/// deadline, whose low 32 bits (which the wheel's arrays keep anyway) are its ticket: 8 bytes
+/// a reference.
+pub(crate) type ShardWheel = wheel_core::Wheel<u32>;
+
+/// A reference to a timer as the wheel hands it out to the workers: its record's slot and the
+/// reference's ticket (see `Record`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimerRef {
     pub(crate) slot: u32,
     pub(crate) ticket: u32,
 }
 
+impl TimerRef {
+    /// The reference to the record at `slot` due at `deadline`.
+    pub(crate) fn due_at(slot: u32, deadline: u64) -> Self {
+        TimerRef {
+            slot,
+            ticket: ticket_of(deadline),
+        }
+    }
+}
+
 /// A new reference on its way to the tick thread: 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub(crate) deadline: u64,
-    pub(crate) timer: TimerRef,
+    pub(crate) slot: u32,
+}
+
+impl Placement {
+    /// The reference this places, as the wheel would hand it out.
+    pub(crate) fn reference(&self) -> TimerRef {
+        TimerRef::due_at(self.slot, self.deadline)
+    }
 }
 
 /// Work for the tick thread that does not go through the ring.

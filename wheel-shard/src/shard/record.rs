@@ -21,16 +21,19 @@
 //!   firing the timer exclude each other, and no worker fires on a deadline a `reschedule` is
 //!   replacing. A repeating timer's task is out of its record while RUNNING: the worker that
 //!   runs it owns it, and a `cancel` then only marks the record CANCELLED.
-//! - What the wheel holds is a *reference*: (deadline, record, ticket). The record's ticket
-//!   names its one live reference; a new one is issued (the ticket moves on) when the timer is
-//!   armed, moved earlier, found postponed when its old deadline came, or re-armed after a
-//!   run. A reference whose ticket is not the record's, or that finds the record not
-//!   SCHEDULED, is stale and dropped: that is how cancelled and moved timers leave the wheel
-//!   without the tick thread ever reading a record.
-//! - Tickets are 32 bits in a reference. One that comes round again (2^32 references issued
-//!   for one record while a stale one waits) is still safe: a worker fires only when the
-//!   record's own deadline has passed, and only by winning the CAS, so the worst it does is
-//!   fire a due timer from the wrong reference, whose right one then finds it gone.
+//! - What the wheel holds is a *reference*: (deadline, record). Its *ticket* is the low 32
+//!   bits of its deadline, so the wheel stores nothing for it (a slot's array keeps those bits
+//!   anyway). The record keeps the deadline of its one live reference; a new one is issued
+//!   when the timer is armed, moved earlier, found postponed when its old deadline came, or
+//!   re-armed after a run. A reference whose ticket is not the record's, or that finds the
+//!   record not SCHEDULED, is stale and dropped: that is how cancelled and moved timers leave
+//!   the wheel without the tick thread ever reading a record.
+//! - Two references of one record can share a ticket: a timer cancelled and its record armed
+//!   again for the same tick (or 2^32 ticks apart), or moved earlier back to a deadline it had.
+//!   That is still safe: a worker fires only when the record's own deadline has passed, and
+//!   only by winning the CAS, so the worst a twin does is fire a due timer at its deadline in
+//!   place of the right reference, which then finds it gone (or postpone it, issuing the one
+//!   live reference, after which the other is stale).
 //! - A producer owns a FREE record it took from the free slots; the record's next timer gets
 //!   the generation the record holds. Nothing else touches a FREE record: a stale reference
 //!   reads its state and goes.
@@ -69,9 +72,9 @@ fn retired(word: u64) -> u64 {
     (generation(word).wrapping_add(1) & GENERATION_MASK) << GENERATION_SHIFT
 }
 
-/// The low 32 bits of a ticket: what a reference carries.
-pub(crate) fn short(ticket: u64) -> u32 {
-    ticket as u32
+/// The ticket of a reference due at `deadline`: the deadline's low 32 bits.
+pub(crate) fn ticket_of(deadline: u64) -> u32 {
+    deadline as u32
 }
 
 /// What a worker does with a reference the wheel handed out.
@@ -79,8 +82,8 @@ pub(crate) fn short(ticket: u64) -> u32 {
 pub(crate) enum Claim {
     /// The reference is not the record's live one, or the timer ended: drop it.
     Stale,
-    /// The timer was postponed past `now`: place this new reference.
-    Later { deadline: u64, ticket: u32 },
+    /// The timer was postponed past `now`: place a new reference at `deadline`.
+    Later { deadline: u64 },
     /// Run it: the timer of generation `gen` was due at `deadline`. A one-shot's record is
     /// retired already; a repeating one is RUNNING until [`Record::finish_run`].
     Fire {
@@ -107,8 +110,8 @@ pub(crate) enum Cancelled {
 pub(crate) enum Moved {
     /// Later (or the same): the live reference finds the new deadline when it comes.
     Later,
-    /// Earlier: a new reference with this ticket goes to the tick thread.
-    Earlier(u32),
+    /// Earlier: a new reference at the new deadline goes to the tick thread.
+    Earlier,
 }
 
 /// One timer's record (see the module doc). 64 bytes, one cache line.
@@ -116,7 +119,7 @@ pub(crate) enum Moved {
 pub(crate) struct Record {
     word: AtomicU64,
     deadline: AtomicU64,
-    /// The ticket of the live reference (its low 32 bits are what references carry).
+    /// The deadline of the live reference (its low 32 bits are the reference's ticket).
     ticket: AtomicU64,
     task: UnsafeCell<MaybeUninit<Task>>,
 }
@@ -188,7 +191,7 @@ impl Record {
         // Acquire above).
         self.task.with_mut(|slot| unsafe { (*slot).write(task) });
         self.deadline.store(deadline, Ordering::Relaxed);
-        let ticket = self.next_ticket();
+        let ticket = self.issue(deadline);
         self.word
             .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
         (generation(word), ticket)
@@ -294,7 +297,8 @@ impl Record {
         let old = self.deadline.load(Ordering::Relaxed);
         self.deadline.store(deadline, Ordering::Relaxed);
         let moved = if deadline < old {
-            Moved::Earlier(self.next_ticket())
+            self.issue(deadline);
+            Moved::Earlier
         } else {
             Moved::Later
         };
@@ -302,11 +306,11 @@ impl Record {
         Some(moved)
     }
 
-    /// Issues a new live reference's ticket. The caller holds the record.
-    fn next_ticket(&self) -> u32 {
-        let ticket = self.ticket.load(Ordering::Relaxed).wrapping_add(1);
-        self.ticket.store(ticket, Ordering::Relaxed);
-        short(ticket)
+    /// Makes the reference due at `deadline` the live one, and returns its ticket. The caller
+    /// holds the record.
+    fn issue(&self, deadline: u64) -> u32 {
+        self.ticket.store(deadline, Ordering::Relaxed);
+        ticket_of(deadline)
     }
 
     /// A worker's decision on a reference with ticket `ticket` that the wheel handed out when
@@ -317,9 +321,9 @@ impl Record {
         };
         let deadline = self.deadline.load(Ordering::Relaxed);
         if deadline > now {
-            let ticket = self.next_ticket();
+            self.issue(deadline);
             self.word.store(word, Ordering::Release);
-            return Claim::Later { deadline, ticket };
+            return Claim::Later { deadline };
         }
         let task = self.take_task();
         let repeating = word & REPEATING != 0;
@@ -351,7 +355,7 @@ impl Record {
         // finds nothing to take until the CAS below publishes the task.
         self.put_task(task);
         self.deadline.store(deadline, Ordering::Relaxed);
-        let ticket = self.next_ticket();
+        let ticket = self.issue(deadline);
         if self
             .word
             .compare_exchange(
@@ -390,14 +394,15 @@ impl Record {
     }
 
     /// Whether a reference of ticket `ticket` is the record's live one (a snapshot: a
-    /// reference found stale stays stale, since tickets only move on).
+    /// reference found stale may look live again only as the twin of a later one, see the
+    /// module doc).
     pub(crate) fn is_live(&self, ticket: u32) -> bool {
         self.names(self.word.load(Ordering::Acquire), ticket)
     }
 
     /// Whether `word`, this record's, is a pending timer whose live reference has `ticket`.
     fn names(&self, word: u64, ticket: u32) -> bool {
-        word & STATE == SCHEDULED && short(self.ticket.load(Ordering::Relaxed)) == ticket
+        word & STATE == SCHEDULED && ticket_of(self.ticket.load(Ordering::Relaxed)) == ticket
     }
 
     /// Takes the LOCKED bit for the live reference of ticket `ticket`; `None` when that
@@ -509,20 +514,41 @@ mod tests {
         let record = Record::new();
         let (runs, task) = counter();
         let (gen, ticket) = record.arm(10, task);
+        assert_eq!(ticket, ticket_of(10));
+        assert_eq!(record.reschedule(gen, 20), Some(Moved::Later));
         assert!(matches!(
-            record.claim(ticket, 5),
-            Claim::Later { deadline: 10, .. }
+            record.claim(ticket, 10),
+            Claim::Later { deadline: 20 }
         ));
         assert!(
             matches!(record.claim(ticket, 10), Claim::Stale),
             "the Later issued a new reference"
         );
-        assert_eq!(fire(record.claim(ticket + 1, 10)), (10, gen));
+        assert_eq!(fire(record.claim(ticket_of(20), 20)), (20, gen));
         assert_eq!(runs.load(O::SeqCst), 1);
         assert!(matches!(record.cancel(gen), Cancelled::No), "fired: stale");
-        assert_eq!(record.reschedule(gen, 20), None);
+        assert_eq!(record.reschedule(gen, 30), None);
         assert_eq!(record.generation(), gen + 1, "retired");
-        assert!(matches!(record.claim(ticket + 1, 10), Claim::Stale));
+        assert!(matches!(record.claim(ticket_of(20), 20), Claim::Stale));
+    }
+
+    /// A timer cancelled and its record armed again for the same tick: the old reference is
+    /// the new one's twin and may fire it, at its deadline and once.
+    #[test]
+    fn a_twin_reference_fires_the_new_timer_once_and_on_time() {
+        let record = Record::new();
+        let (_, task) = counter();
+        let (gen, old) = record.arm(10, task);
+        let Cancelled::Now(task) = record.cancel(gen) else {
+            panic!("pending")
+        };
+        drop(task);
+        let (runs, task) = counter();
+        let (next, new) = record.arm(10, task);
+        assert_eq!((next, old), (gen + 1, new), "twins");
+        assert_eq!(fire(record.claim(old, 10)), (10, gen + 1));
+        assert!(matches!(record.claim(new, 10), Claim::Stale), "once");
+        assert_eq!(runs.load(O::SeqCst), 1);
     }
 
     #[test]
@@ -547,12 +573,9 @@ mod tests {
         let (_, task) = counter();
         let (gen, first) = record.arm(10, task);
         assert_eq!(record.reschedule(gen, 30), Some(Moved::Later));
-        let Some(Moved::Earlier(second)) = record.reschedule(gen, 3) else {
-            panic!("earlier: a new reference")
-        };
-        assert_ne!(first, second);
+        assert_eq!(record.reschedule(gen, 3), Some(Moved::Earlier));
         assert!(matches!(record.claim(first, 10), Claim::Stale));
-        assert_eq!(fire(record.claim(second, 3)).0, 3);
+        assert_eq!(fire(record.claim(ticket_of(3), 3)).0, 3);
     }
 
     #[test]
@@ -605,7 +628,7 @@ mod tests {
         let (_, task) = counter();
         let (again, ticket) = record.arm(7, task);
         assert_eq!(again, gen);
-        assert!(record.hand_back(ticket.wrapping_add(1)).is_none(), "stale");
+        assert!(record.hand_back(ticket_of(10)).is_none(), "stale");
         let (handed, deadline, _task) = record.hand_back(ticket).expect("live");
         assert_eq!((handed, deadline), (gen, 7));
         assert_eq!(record.generation(), gen + 1);
@@ -695,11 +718,11 @@ mod loom_models {
             let other = other.join().unwrap();
             // 100 is later than both 5 and 3; 3 is earlier than both 5 and 100, so it always
             // issues the one live reference, whichever went first.
-            let (Some(Moved::Later), Some(Moved::Earlier(live))) = (mine, other) else {
+            let (Some(Moved::Later), Some(Moved::Earlier)) = (mine, other) else {
                 panic!("unexpected {mine:?} {other:?}")
             };
             assert!(matches!(record.claim(first, 100), Claim::Stale));
-            match record.claim(live, 100) {
+            match record.claim(ticket_of(3), 100) {
                 Claim::Fire { deadline, .. } => assert!(deadline == 3 || deadline == 100),
                 other => panic!("the newest reference is live and due: {other:?}"),
             }

@@ -230,7 +230,7 @@ mod tests {
         assert!(PendingRing::<u64>::try_new(1 << 60).is_err());
         assert_eq!(PendingRing::<u64>::bytes_for(3), 4 * 16);
         assert_eq!(PendingRing::<u64>::try_new(3).unwrap().capacity(), 4);
-        // A command (deadline, slot, ticket) and its sequence: the 24 bytes the docs quote.
+        // A command (deadline, slot) and its sequence: the 24 bytes the docs quote.
         assert_eq!(PendingRing::<[u64; 2]>::bytes_for(4), 4 * 24);
     }
 
