@@ -6,10 +6,10 @@
 //!
 //! # Data flow of one timer
 //!
-//! A timer lives in one place, its **record**: one 64-byte cache line holding its state word,
-//! its deadline, the deadline of its live reference, and its task (inline when the closure is
-//! at most 32 bytes). Everything else carries *references* — (deadline, slot): 16 bytes in the
-//! ring, 8 in the wheel, whose arrays keep the deadline's low 32 bits, the reference's ticket.
+//! A timer lives in one place, its **record**: 48 bytes holding its state word (with the ticket
+//! of its live reference), its deadline, and its task (inline when the closure is at most 24
+//! bytes). Everything else carries *references* — (deadline, slot): 16 bytes in the ring, 8 in
+//! the wheel, whose arrays keep the deadline's low 32 bits; the low 8 are the ticket.
 //!
 //! ```text
 //!  producer threads              shard i (one per core)                     executor

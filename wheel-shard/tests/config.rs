@@ -144,8 +144,8 @@ fn a_capacity_over_the_machines_memory_is_refused_not_aborted() {
     };
     config.validate().unwrap();
     assert!(
-        config.memory_estimate() > 19_000_000_000,
-        "{} bytes: about 72 a timer",
+        config.memory_estimate() > 15_000_000_000,
+        "{} bytes: about 56 a timer",
         config.memory_estimate()
     );
     let Some(error) = refusal(config) else { return };
@@ -186,7 +186,7 @@ fn a_modest_capacity_is_made_and_used() {
     };
     let estimate = config.memory_estimate();
     assert!(
-        (200_000 * 76..200_000 * 76 + 20_000_000).contains(&estimate),
+        (200_000 * 56..200_000 * 56 + 20_000_000).contains(&estimate),
         "{estimate} bytes"
     );
     assert!(estimate < limits::memory_limit());
@@ -349,7 +349,7 @@ fn refused_allocation_in_a_limited_process() {
         shards: 2,
         executor_threads: 1,
         pin_threads: false,
-        capacity: 16_000_000,
+        capacity: 22_000_000,
         ..Config::default()
     };
     assert!(config.memory_estimate() < limits::memory_limit());

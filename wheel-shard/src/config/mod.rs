@@ -71,7 +71,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub saturation_timeout: Duration,
     /// Timers the service should hold at once without growing. Room for this many, split
-    /// evenly over the shards (wheel places and timer cells, about 72 bytes a timer), is
+    /// evenly over the shards (wheel places and timer cells, about 56 bytes a timer), is
     /// allocated and written by [`TimerService::new`](crate::TimerService::new), so the first
     /// burst up to there neither allocates in the tick threads nor waits for the kernel to
     /// supply fresh pages one at a time. Default 0: grow on demand.
@@ -209,12 +209,12 @@ impl Config {
     ///
     /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
     /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer record
-    ///   of 64 bytes per slot, and a wheel place of 8 bytes per timer in whole chunks (126 to
-    ///   a 1 KiB chunk), with room for partly filled ones — about 72 bytes a timer;
+    ///   of 48 bytes per slot, and a wheel place of 8 bytes per timer in whole chunks (126 to
+    ///   a 1 KiB chunk), with room for partly filled ones — about 56 bytes a timer;
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
     ///   of two, × 8 bytes, where levels keep slots up to 2^32 ticks wide: 8 KiB at 64 slots,
     ///   196 KiB at 4096), its timer table's
-    ///   directory (16 KiB) and its ring of due references for the workers (320 KiB);
+    ///   directory (8 KiB) and its ring of due references for the workers (320 KiB);
     /// - per executor thread, its histograms of lateness, callback time and queue delay
     ///   (3 × 261 KiB).
     ///
@@ -228,7 +228,7 @@ impl Config {
     ///
     /// let small = Config { shards: 2, capacity: 0, ..Config::default() };
     /// let big = Config { capacity: 1_000_000, ..small.clone() };
-    /// assert!(big.memory_estimate() - small.memory_estimate() >= 72_000_000);
+    /// assert!(big.memory_estimate() - small.memory_estimate() >= 56_000_000);
     /// ```
     pub fn memory_estimate(&self) -> u64 {
         crate::memory::estimate(self)

@@ -31,15 +31,15 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
 pub(crate) use cells::{Cells, RingRefused};
-pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, GENERATION_BITS};
+pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, Ticket, GENERATION_BITS};
 pub(crate) use ring::{PendingRing, PushError};
 pub(crate) use table::TimerTable;
 use wake::TickWaker;
 pub(crate) use wake::{CLEANUP_TICKS, IDLE};
 
 /// A shard's wheel: it holds each reference as its record's slot, due at the reference's
-/// deadline, whose low 32 bits (which the wheel's arrays keep anyway) are its ticket: 8 bytes
-/// a reference.
+/// deadline, whose low bits (which the wheel's arrays keep anyway) are its ticket: 8 bytes a
+/// reference.
 pub(crate) type ShardWheel = wheel_core::Wheel<u32>;
 
 /// A reference to a timer as the wheel hands it out to the workers: its record's slot and the
@@ -47,7 +47,7 @@ pub(crate) type ShardWheel = wheel_core::Wheel<u32>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimerRef {
     pub(crate) slot: u32,
-    pub(crate) ticket: u32,
+    pub(crate) ticket: Ticket,
 }
 
 impl TimerRef {

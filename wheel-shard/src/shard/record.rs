@@ -1,5 +1,5 @@
-//! [`Record`]: one timer's single cache line — its state word, its deadline, the ticket of its
-//! live wheel reference, and its task — and the state machine every thread drives on it.
+//! [`Record`]: one timer's 48 bytes — its state word (with the ticket of its live reference),
+//! its deadline and its task — and the state machine every thread drives on it.
 //!
 //! ```text
 //!            producer: arm                         worker: claim (one-shot)
@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Ground rules:
-//! - The word packs `generation (48) | unused (8) | flags (8)`. A `TimerId` carries the
+//! - The word packs `generation (48) | ticket (8) | flags (8)`. A `TimerId` carries the
 //!   generation; every call with an id checks it, and retiring a record (its timer ended)
 //!   moves it on, so an id that outlived its timer acts on nothing. It wraps after 2^48 timers
 //!   through one record: 89 years at 100 000 a second through that one record.
@@ -21,19 +21,20 @@
 //!   firing the timer exclude each other, and no worker fires on a deadline a `reschedule` is
 //!   replacing. A repeating timer's task is out of its record while RUNNING: the worker that
 //!   runs it owns it, and a `cancel` then only marks the record CANCELLED.
-//! - What the wheel holds is a *reference*: (deadline, record). Its *ticket* is the low 32
+//! - What the wheel holds is a *reference*: (deadline, record). Its *ticket* is the low 8
 //!   bits of its deadline, so the wheel stores nothing for it (a slot's array keeps those bits
-//!   anyway). The record keeps the deadline of its one live reference; a new one is issued
-//!   when the timer is armed, moved earlier, found postponed when its old deadline came, or
-//!   re-armed after a run. A reference whose ticket is not the record's, or that finds the
-//!   record not SCHEDULED, is stale and dropped: that is how cancelled and moved timers leave
-//!   the wheel without the tick thread ever reading a record.
-//! - Two references of one record can share a ticket: a timer cancelled and its record armed
-//!   again for the same tick (or 2^32 ticks apart), or moved earlier back to a deadline it had.
-//!   That is still safe: a worker fires only when the record's own deadline has passed, and
-//!   only by winning the CAS, so the worst a twin does is fire a due timer at its deadline in
-//!   place of the right reference, which then finds it gone (or postpone it, issuing the one
-//!   live reference, after which the other is stale).
+//!   anyway). The record's word keeps the ticket of its one live reference; a new one is
+//!   issued when the timer is armed, moved earlier, found postponed when its old deadline
+//!   came, or re-armed after a run. A reference whose ticket is not the record's, or that finds
+//!   the record not SCHEDULED, is stale and dropped: that is how cancelled and moved timers
+//!   leave the wheel without the tick thread ever reading a record.
+//! - Two references of one record can share a ticket (*twins*): a timer cancelled and its
+//!   record armed again for a deadline a multiple of 256 ticks from the old one (the same tick
+//!   included), or moved earlier to such a deadline. That is still safe: a worker fires only
+//!   when the record's own deadline has passed, and only by winning the CAS, so the worst a
+//!   stale twin does is fire a due timer at its deadline in place of the live reference, which
+//!   then finds it gone, or find it postponed and issue the one live reference, after which
+//!   the other is stale. What twins cost is a reference `retain` cannot drop early.
 //! - A producer owns a FREE record it took from the free slots; the record's next timer gets
 //!   the generation the record holds. Nothing else touches a FREE record: a stale reference
 //!   reads its state and goes.
@@ -54,6 +55,11 @@ const RUNNING: u64 = 2;
 const CANCELLED: u64 = 3;
 const LOCKED: u64 = 1 << 3;
 const REPEATING: u64 = 1 << 4;
+const TICKET_SHIFT: u32 = 8;
+const TICKET: u64 = 0xff << TICKET_SHIFT;
+/// The offset of a record's last byte: a record may straddle two cache lines.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const LAST_BYTE: usize = std::mem::size_of::<Record>() - 1;
 const GENERATION_SHIFT: u32 = 16;
 /// Bits of a record's generation: it wraps after 2^48 timers through one record.
 pub(crate) const GENERATION_BITS: u32 = 48;
@@ -72,9 +78,26 @@ fn retired(word: u64) -> u64 {
     (generation(word).wrapping_add(1) & GENERATION_MASK) << GENERATION_SHIFT
 }
 
-/// The ticket of a reference due at `deadline`: the deadline's low 32 bits.
-pub(crate) fn ticket_of(deadline: u64) -> u32 {
-    deadline as u32
+/// What tells a record's live reference from its stale ones (see the module doc).
+pub(crate) type Ticket = u8;
+
+/// The ticket of a reference due at `deadline`: the deadline's low 8 bits.
+pub(crate) fn ticket_of(deadline: u64) -> Ticket {
+    deadline as Ticket
+}
+
+fn ticket(word: u64) -> Ticket {
+    (word >> TICKET_SHIFT) as Ticket
+}
+
+/// `word` naming the reference due at `deadline` as the live one.
+fn with_ticket_for(word: u64, deadline: u64) -> u64 {
+    (word & !TICKET) | u64::from(ticket_of(deadline)) << TICKET_SHIFT
+}
+
+/// Whether `word` is a pending timer whose live reference has `ticket`.
+fn names(word: u64, ticket: Ticket) -> bool {
+    word & STATE == SCHEDULED && self::ticket(word) == ticket
 }
 
 /// What a worker does with a reference the wheel handed out.
@@ -114,13 +137,12 @@ pub(crate) enum Moved {
     Earlier,
 }
 
-/// One timer's record (see the module doc). 64 bytes, one cache line.
-#[cfg_attr(not(loom), repr(C, align(64)))]
+/// One timer's record (see the module doc). 48 bytes, 16-byte aligned: four records to three
+/// cache lines, so half of them straddle two (see docs/performance.md for what that costs).
+#[cfg_attr(not(loom), repr(C, align(16)))]
 pub(crate) struct Record {
     word: AtomicU64,
     deadline: AtomicU64,
-    /// The deadline of the live reference (its low 32 bits are the reference's ticket).
-    ticket: AtomicU64,
     task: UnsafeCell<MaybeUninit<Task>>,
 }
 
@@ -142,7 +164,6 @@ impl Record {
         Record {
             word: AtomicU64::new(FREE),
             deadline: AtomicU64::new(0),
-            ticket: AtomicU64::new(0),
             task: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
@@ -178,7 +199,7 @@ impl Record {
 
     /// Producer, on a FREE record it owns: makes it a SCHEDULED timer due at `deadline`.
     /// Returns the timer's generation (for its id) and the ticket of its first reference.
-    pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, u32) {
+    pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, Ticket) {
         let word = self.word.load(Ordering::Acquire);
         debug_assert_eq!(word & (STATE | LOCKED), FREE, "armed a record in use");
         let flags = if task.period().is_some() {
@@ -191,10 +212,9 @@ impl Record {
         // Acquire above).
         self.task.with_mut(|slot| unsafe { (*slot).write(task) });
         self.deadline.store(deadline, Ordering::Relaxed);
-        let ticket = self.issue(deadline);
-        self.word
-            .store(with_state(word, SCHEDULED) | flags, Ordering::Release);
-        (generation(word), ticket)
+        let armed = with_ticket_for(with_state(word, SCHEDULED) | flags, deadline);
+        self.word.store(armed, Ordering::Release);
+        (generation(word), ticket_of(deadline))
     }
 
     /// Producer: undoes an `arm` whose reference never reached the ring (so no id got out):
@@ -296,33 +316,25 @@ impl Record {
         let word = self.lock_if(|word| generation(word) == gen && word & STATE == SCHEDULED)?;
         let old = self.deadline.load(Ordering::Relaxed);
         self.deadline.store(deadline, Ordering::Relaxed);
-        let moved = if deadline < old {
-            self.issue(deadline);
-            Moved::Earlier
+        let (word, moved) = if deadline < old {
+            (with_ticket_for(word, deadline), Moved::Earlier)
         } else {
-            Moved::Later
+            (word, Moved::Later)
         };
         self.word.store(word, Ordering::Release);
         Some(moved)
     }
 
-    /// Makes the reference due at `deadline` the live one, and returns its ticket. The caller
-    /// holds the record.
-    fn issue(&self, deadline: u64) -> u32 {
-        self.ticket.store(deadline, Ordering::Relaxed);
-        ticket_of(deadline)
-    }
-
     /// A worker's decision on a reference with ticket `ticket` that the wheel handed out when
     /// its clock read `now` (a tick that has begun).
-    pub(crate) fn claim(&self, ticket: u32, now: u64) -> Claim {
+    pub(crate) fn claim(&self, ticket: Ticket, now: u64) -> Claim {
         let Some(word) = self.lock_live(ticket) else {
             return Claim::Stale;
         };
         let deadline = self.deadline.load(Ordering::Relaxed);
         if deadline > now {
-            self.issue(deadline);
-            self.word.store(word, Ordering::Release);
+            self.word
+                .store(with_ticket_for(word, deadline), Ordering::Release);
             return Claim::Later { deadline };
         }
         let task = self.take_task();
@@ -344,7 +356,7 @@ impl Record {
     /// After a repeating timer's run: puts its task back and schedules its next run at
     /// `deadline`, returning the new reference's ticket; or, when it was cancelled during the
     /// run, retires the record and gives the task back to be dropped.
-    pub(crate) fn finish_run(&self, gen: u64, deadline: u64, task: Task) -> Result<u32, Task> {
+    pub(crate) fn finish_run(&self, gen: u64, deadline: u64, task: Task) -> Result<Ticket, Task> {
         let word = self.word.load(Ordering::Acquire);
         debug_assert_eq!(generation(word), gen);
         if word & STATE != RUNNING {
@@ -355,18 +367,17 @@ impl Record {
         // finds nothing to take until the CAS below publishes the task.
         self.put_task(task);
         self.deadline.store(deadline, Ordering::Relaxed);
-        let ticket = self.issue(deadline);
         if self
             .word
             .compare_exchange(
                 word,
-                with_state(word, SCHEDULED),
+                with_ticket_for(with_state(word, SCHEDULED), deadline),
                 Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_ok()
         {
-            return Ok(ticket);
+            return Ok(ticket_of(deadline));
         }
         // Cancelled just now: the record is still this worker's.
         let task = self.take_task();
@@ -396,30 +407,19 @@ impl Record {
     /// Whether a reference of ticket `ticket` is the record's live one (a snapshot: a
     /// reference found stale may look live again only as the twin of a later one, see the
     /// module doc).
-    pub(crate) fn is_live(&self, ticket: u32) -> bool {
-        self.names(self.word.load(Ordering::Acquire), ticket)
-    }
-
-    /// Whether `word`, this record's, is a pending timer whose live reference has `ticket`.
-    fn names(&self, word: u64, ticket: u32) -> bool {
-        word & STATE == SCHEDULED && ticket_of(self.ticket.load(Ordering::Relaxed)) == ticket
+    pub(crate) fn is_live(&self, ticket: Ticket) -> bool {
+        names(self.word.load(Ordering::Acquire), ticket)
     }
 
     /// Takes the LOCKED bit for the live reference of ticket `ticket`; `None` when that
     /// reference is stale. Returns the word as it was (unlocked).
-    fn lock_live(&self, ticket: u32) -> Option<u64> {
-        let word = self.lock_if(|word| self.names(word, ticket))?;
-        // Holding the lock, the ticket is the record's own: check it again.
-        if !self.names(word, ticket) {
-            self.word.store(word, Ordering::Release);
-            return None;
-        }
-        Some(word)
+    fn lock_live(&self, ticket: Ticket) -> Option<u64> {
+        self.lock_if(|word| names(word, ticket))
     }
 
     /// At shutdown, with a reference of ticket `ticket`: the live timer it names, taken out
     /// and retired — its generation, deadline and task — or `None` for a stale reference.
-    pub(crate) fn hand_back(&self, ticket: u32) -> Option<(u64, u64, Task)> {
+    pub(crate) fn hand_back(&self, ticket: Ticket) -> Option<(u64, u64, Task)> {
         let word = self.lock_live(ticket)?;
         let deadline = self.deadline.load(Ordering::Relaxed);
         let task = self.take_task();
@@ -427,14 +427,19 @@ impl Record {
         Some((generation(word), deadline, task))
     }
 
-    /// Starts loading the record into this core's cache (a hint: no fault, no effect).
+    /// Starts loading the record into this core's cache (a hint: no fault, no effect): both of
+    /// its lines when it straddles two.
     pub(crate) fn prefetch(&self) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             // SAFETY: a prefetch never faults and changes no memory; the address is that of a
             // live reference. SSE is part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>((self as *const Record).cast()) };
+            let first = (self as *const Record).cast::<i8>();
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(first);
+                _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(LAST_BYTE));
+            }
         }
     }
 
@@ -444,8 +449,12 @@ impl Record {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            let first = (self as *const Record).cast::<i8>();
             // SAFETY: as in `prefetch`.
-            unsafe { _mm_prefetch::<_MM_HINT_ET0>((self as *const Record).cast()) };
+            unsafe {
+                _mm_prefetch::<_MM_HINT_ET0>(first);
+                _mm_prefetch::<_MM_HINT_ET0>(first.wrapping_add(LAST_BYTE));
+            }
         }
     }
 }
@@ -493,9 +502,27 @@ mod tests {
     }
 
     #[test]
-    fn a_record_is_one_cache_line() {
-        assert_eq!(std::mem::size_of::<Record>(), 64);
-        assert_eq!(std::mem::align_of::<Record>(), 64);
+    fn a_record_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<Record>(), 48);
+        assert_eq!(std::mem::align_of::<Record>(), 16);
+    }
+
+    #[test]
+    fn the_ticket_lives_in_the_word_beside_the_generation() {
+        let record = Record::at_generation(GENERATION_MASK);
+        let (gen, ticket) = record.arm(0x1234_5678_9abc, Task::once(|| {}));
+        assert_eq!((gen, ticket), (GENERATION_MASK, 0xbc));
+        assert!(record.is_live(0xbc) && !record.is_live(0xbd));
+        assert_eq!(
+            record.generation(),
+            GENERATION_MASK,
+            "untouched by the ticket"
+        );
+        assert_eq!(
+            record.reschedule(gen, 0x1234_5678_9a01),
+            Some(Moved::Earlier)
+        );
+        assert!(record.is_live(0x01) && !record.is_live(0xbc));
     }
 
     /// The table hands out zeroed memory as fresh records: `new` must write nothing but zeros
@@ -506,7 +533,6 @@ mod tests {
         assert_eq!(FREE, 0);
         assert_eq!(record.word.load(Ordering::Relaxed), 0);
         assert_eq!(record.deadline.load(Ordering::Relaxed), 0);
-        assert_eq!(record.ticket.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -651,7 +677,7 @@ mod loom_models {
     use loom::sync::Arc;
     use loom::thread;
 
-    fn armed(repeating: bool) -> (Arc<Record>, u64, u32) {
+    fn armed(repeating: bool) -> (Arc<Record>, u64, Ticket) {
         let record = Arc::new(Record::new());
         let task = if repeating {
             Task::every(|| {}, 5)

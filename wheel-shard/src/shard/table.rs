@@ -27,24 +27,26 @@ use crossbeam_utils::CachePadded;
 
 use super::record::Record;
 
-/// Records per segment: 512 Ki, 32 MiB. Large, because an allocator may round a large
+/// Records per segment: 1 Mi, 48 MiB. Large, because an allocator may round a large
 /// allocation up to whole huge pages and keep the remainder resident (mimalloc kept 1.08 ×
 /// the bytes of the 4 MiB segments used before; see docs/performance.md), and the remainder
 /// is relatively smaller the larger the allocation; pages beyond the records in use are never
-/// touched.
-const SEGMENT_BITS: u32 = 19;
+/// touched. And above 32 MiB, because glibc's `calloc` serves a request below its mmap
+/// threshold, which rises up to 32 MiB as large blocks are freed, from memory it has to
+/// zero itself: every page of the segment written at once.
+const SEGMENT_BITS: u32 = 20;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
-/// 512 segments of 512 Ki records: 2^28 (268 million) timers per shard at once.
-const SEGMENTS: usize = 1 << 9;
-/// Records on one 4 KiB page: [`TimerTable::write_records`] writes one of each to fault the
-/// page in.
+/// 256 segments of 1 Mi records: 2^28 (268 million) timers per shard at once.
+const SEGMENTS: usize = 1 << 8;
+/// Records that fit in one 4 KiB page (85 of 48 bytes): [`TimerTable::write_records`] writes
+/// every this-many-th record, less than a page apart, so every page of a range is written.
 const RECORDS_PER_PAGE: usize = 4096 / std::mem::size_of::<Record>();
 /// One past the highest slot a shard hands out.
 const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
-/// Records an idle worker writes ahead of the fresh slots handed out, in steps of 32 Ki
-/// records (2 MiB, one huge page): see [`TimerTable::grow`].
-const GROW_STEP: u32 = 1 << 15;
+/// Records an idle worker writes ahead of the fresh slots handed out, in steps of about 2 MiB
+/// (a huge page's worth): see [`TimerTable::grow`].
+const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
 
 /// Free slots moved between a thread's cache and the shared store at a time.
 pub(crate) const BATCH: usize = 256;
@@ -204,7 +206,7 @@ fn new_segment() -> Segment {
 /// pages become resident only when a record on them is first written.
 #[cfg(not(loom))]
 fn try_new_segment() -> Option<Segment> {
-    // SAFETY: all-zero bytes are a valid `Record`, the one `Record::new` makes; a record is 64
+    // SAFETY: all-zero bytes are a valid `Record`, the one `Record::new` makes; a record is 48
     // bytes.
     unsafe { Segment::new(SEGMENT_LEN) }
 }
@@ -469,10 +471,12 @@ impl TimerTable {
             let (segment, offset) = locate(slot as u32);
             let records = self.segments[segment].get().expect("the segment exists");
             let upto = (range.end - segment * SEGMENT_LEN).min(SEGMENT_LEN);
-            // From the start of the page `slot` is on, so every page of the range is written.
+            // Less than a page apart from one at or before `slot` on, and the range's last
+            // record too, so every page of the range is written.
             records[offset / RECORDS_PER_PAGE * RECORDS_PER_PAGE..upto]
                 .iter()
                 .step_by(RECORDS_PER_PAGE)
+                .chain(records[..upto].last())
                 .for_each(Record::fault_in);
             slot = segment * SEGMENT_LEN + upto;
         }
@@ -516,8 +520,12 @@ mod tests {
     #[test]
     fn segments_tile_the_slot_space() {
         assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(524_287), (0, 524_287));
-        assert_eq!(locate(524_288), (1, 0));
+        assert_eq!(locate(1_048_575), (0, 1_048_575));
+        assert_eq!(locate(1_048_576), (1, 0));
+        assert!(
+            SEGMENT_LEN * std::mem::size_of::<Record>() > 32 << 20,
+            "above glibc's largest mmap threshold"
+        );
         assert_eq!(locate(SLOTS - 1), (SEGMENTS - 1, SEGMENT_LEN - 1));
         assert_eq!(locate(SLOTS).0, SEGMENTS, "past the table: no segment");
     }
@@ -624,8 +632,8 @@ mod tests {
     }
 
     #[test]
-    fn the_directory_is_the_16_kib_the_config_docs_quote() {
-        assert_eq!(TimerTable::bytes_for(0), 16 << 10);
+    fn the_directory_is_the_8_kib_the_config_docs_quote() {
+        assert_eq!(TimerTable::bytes_for(0), 8 << 10);
     }
 
     #[test]
