@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crossbeam_utils::CachePadded;
 
-use super::record::Record;
+use super::record::{Record, KEPT_SLOTS};
 
 /// Records per segment: 1 Mi, 48 MiB. Large, because an allocator may round a large
 /// allocation up to whole huge pages and keep the remainder resident (mimalloc kept 1.08 ×
@@ -51,6 +51,11 @@ const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
 /// Free slots moved between a thread's cache and the shared store at a time.
 pub(crate) const BATCH: usize = 256;
 
+/// Free slots in a batch the store keeps in the batch's own records (see [`FreeStore`]): the
+/// first record keeps the batch's length and the next nine slots, and each of those nine
+/// records keeps ten more.
+const KEPT_BATCH: usize = KEPT_SLOTS * KEPT_SLOTS;
+
 /// How many claims ahead a producer starts loading the record it will write. A recycled
 /// record was last written by another thread (the worker that fired its timer), so writing it
 /// misses the cache; started a few schedules early, the miss overlaps the work in between
@@ -72,13 +77,17 @@ pub(crate) struct TimerTable {
     store: Arc<FreeStore>,
 }
 
-/// Batches of free slots, shared by every thread, and the buffers of batches already taken.
+/// Batches of free slots, shared by every thread.
 ///
-/// A batch's buffer is kept when its slots are taken and filled again by the next thread that
-/// hands a batch back, so free slots move between threads without an allocation: a buffer
-/// allocated by one thread and freed by another made the allocator fault in fresh pages for
-/// the threads that end timers, over and over. The buffers kept number at most the batches
-/// the store ever held at once: 4 bytes for every slot that was once free at the same time.
+/// A batch handed back by a thread's cache is kept in its own records, which are free and
+/// have 40 bytes to spare each (see [`Record::keep_slots`]): the store holds only the batch's
+/// first slot and length, so free slots cost no memory of their own (a list of them cost 4
+/// bytes a timer once every timer had ended). Taking such a batch reads its first record and
+/// then, together, the nine it names: records the taking producer writes next anyway.
+///
+/// Slots handed back with no record to keep them in hand (a thread's cache when the thread
+/// ends) go into buffers instead. A buffer is kept when its slots are taken and filled again
+/// by the next such batch, so those slots move without an allocation.
 #[derive(Default)]
 struct FreeStore {
     batches: Mutex<Batches>,
@@ -86,6 +95,10 @@ struct FreeStore {
 
 #[derive(Default)]
 struct Batches {
+    /// The first slot and the length of each batch kept in its records.
+    kept: Vec<(u32, u32)>,
+    /// Slots in those batches.
+    kept_len: usize,
     full: Vec<Vec<u32>>,
     /// Emptied buffers, `BATCH` slots each.
     spare: Vec<Vec<u32>>,
@@ -113,7 +126,22 @@ impl FreeStore {
         }
     }
 
-    /// Moves one batch onto the end of `into`; false when the store is empty.
+    /// Adds a batch of `len` slots kept in its records, whose first slot is `head`.
+    fn put_kept(&self, head: u32, len: usize) {
+        let mut batches = self.lock();
+        batches.kept.push((head, len as u32));
+        batches.kept_len += len;
+    }
+
+    /// Takes a batch kept in its records: its first slot, whose record holds the rest.
+    fn take_kept(&self) -> Option<u32> {
+        let mut batches = self.lock();
+        let (head, len) = batches.kept.pop()?;
+        batches.kept_len -= len as usize;
+        Some(head)
+    }
+
+    /// Moves one batch from the buffers onto the end of `into`; false when they are empty.
     fn take_into(&self, into: &mut Vec<u32>) -> bool {
         let mut batches = self.lock();
         let Some(mut batch) = batches.full.pop() else {
@@ -125,19 +153,11 @@ impl FreeStore {
         true
     }
 
+    /// Slots in the store.
     #[cfg(all(test, not(loom)))]
     fn len(&self) -> usize {
-        self.lock().full.iter().map(Vec::len).sum()
-    }
-
-    #[cfg(all(test, not(loom)))]
-    fn spare(&self) -> usize {
-        self.lock().spare.len()
-    }
-
-    #[cfg(all(test, not(loom)))]
-    fn spare_room(&self) -> usize {
-        self.lock().spare.capacity()
+        let batches = self.lock();
+        batches.kept_len + batches.full.iter().map(Vec::len).sum::<usize>()
     }
 }
 
@@ -309,7 +329,7 @@ impl TimerTable {
         let mut batch = Vec::new();
         self.refill(&mut batch)?;
         let slot = batch.pop().expect("a refill brings slots");
-        self.store.put(&batch);
+        self.keep(&batch);
         Ok(slot)
     }
 
@@ -321,7 +341,7 @@ impl TimerTable {
             let cache = self.cache(&mut caches);
             cache.slots.push(slot);
             if cache.slots.len() >= 2 * BATCH {
-                self.store.put(&cache.slots[BATCH..]);
+                self.keep(&cache.slots[BATCH..]);
                 cache.slots.truncate(BATCH);
             }
         });
@@ -347,10 +367,53 @@ impl TimerTable {
     /// buffer has room for it (see [`TimerTable::release`]), so this never allocates.
     #[cold]
     fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
-        if !self.store.take_into(slots) {
+        if let Some(head) = self.store.take_kept() {
+            self.read_kept(head, slots);
+        } else if !self.store.take_into(slots) {
             self.claim_fresh(slots)?;
         }
         Ok(())
+    }
+
+    /// Hands free `slots` to the store, kept in their own records in batches of up to
+    /// [`KEPT_BATCH`].
+    fn keep(&self, slots: &[u32]) {
+        for batch in slots.chunks(KEPT_BATCH) {
+            // The first record: the length and the next nine slots, which keep the rest.
+            let holders = &batch[1..batch.len().min(KEPT_SLOTS)];
+            let mut first = [0u32; KEPT_SLOTS];
+            first[0] = batch.len() as u32;
+            first[1..=holders.len()].copy_from_slice(holders);
+            self.record_of(batch[0]).keep_slots(&first);
+            let rest = batch.get(KEPT_SLOTS..).unwrap_or_default();
+            for (&holder, kept) in holders.iter().zip(rest.chunks(KEPT_SLOTS)) {
+                self.record_of(holder).keep_slots(kept);
+            }
+            self.store.put_kept(batch[0], batch.len());
+        }
+    }
+
+    /// Appends the batch kept in records whose first slot is `head` to `slots`, in the order
+    /// it was handed back.
+    fn read_kept(&self, head: u32, slots: &mut Vec<u32>) {
+        let first = self.record_of(head).kept_slots();
+        let len = first[0] as usize;
+        let holders = &first[1..len.min(KEPT_SLOTS)];
+        for &holder in holders {
+            self.record_of(holder).prefetch();
+        }
+        slots.push(head);
+        slots.extend_from_slice(holders);
+        let mut left = len.saturating_sub(KEPT_SLOTS);
+        for &holder in holders {
+            if left == 0 {
+                break;
+            }
+            let kept = self.record_of(holder).kept_slots();
+            let count = left.min(KEPT_SLOTS);
+            slots.extend_from_slice(&kept[..count]);
+            left -= count;
+        }
     }
 
     /// This thread's cache of this table, made on first use.
@@ -714,10 +777,44 @@ mod tests {
         assert_eq!(table.high_water(), high, "no fresh slot needed");
     }
 
-    /// A batch taken from the store leaves its buffer there, and the next batch handed back
-    /// fills that buffer: slots move between threads without allocating once buffers exist.
+    /// Batches handed back are kept in their own free records: the store holds a slot and a
+    /// length per batch, and gives back exactly the slots, in order, whatever the length.
     #[test]
-    fn emptied_batch_buffers_are_filled_again() {
+    fn a_batch_is_kept_in_its_own_records() {
+        let table = TimerTable::new();
+        let mut fresh = Vec::new();
+        while fresh.len() < 2 * KEPT_BATCH + 64 {
+            table.claim_fresh(&mut fresh).unwrap();
+        }
+        for len in [1, 2, 9, 10, 11, 19, 20, 21, 99, 100] {
+            let batch: Vec<u32> = fresh.iter().rev().take(len).copied().collect();
+            table.keep(&batch);
+            assert_eq!(table.stored(), len);
+            let mut back = Vec::new();
+            table.refill(&mut back).unwrap();
+            assert_eq!(back, batch, "length {len}");
+            assert_eq!(table.stored(), 0);
+        }
+        // Longer runs are split into batches of 100; each comes back whole.
+        let run = &fresh[..2 * KEPT_BATCH + 7];
+        table.keep(run);
+        assert_eq!(table.store.lock().kept.len(), 3);
+        let mut back = Vec::new();
+        while table.stored() > 0 {
+            table.refill(&mut back).unwrap();
+        }
+        back.sort_unstable();
+        let mut expected = run.to_vec();
+        expected.sort_unstable();
+        assert_eq!(back, expected);
+        assert!(table.store.lock().full.is_empty(), "no buffer used");
+    }
+
+    /// Slots released in another thread go back through batches kept in records (the thread's
+    /// cache overflowing) and, at the thread's end, a buffer; they come back once each, and
+    /// the cache's own buffer never grows.
+    #[test]
+    fn released_slots_cost_the_store_no_buffers() {
         let table = Arc::new(TimerTable::new());
         let ender = |slots: Vec<u32>| {
             let table = Arc::clone(&table);
@@ -725,29 +822,26 @@ mod tests {
                 .join()
                 .unwrap()
         };
-        let claimed: Vec<u32> = (0..4 * BATCH).map(|_| table.claim().unwrap()).collect();
-        ender(claimed);
-        let full = table.stored().div_ceil(BATCH);
-        assert!(full >= 4, "{full} batches stored");
-        assert_eq!(table.store.spare(), 0);
-        let room = table.store.spare_room();
-        assert!(
-            room >= full,
-            "room for every buffer among the spares: {room}"
-        );
-        let claimed: Vec<u32> = (0..4 * BATCH).map(|_| table.claim().unwrap()).collect();
-        let spare = table.store.spare();
-        assert!(spare >= 4, "every batch taken leaves its buffer: {spare}");
-        assert_eq!(
-            table.store.spare_room(),
-            room,
-            "and taking them grew no list"
-        );
-        ender(claimed);
-        assert!(
-            table.store.spare() < spare,
-            "the batches handed back fill the kept buffers"
-        );
+        let claimed: Vec<u32> = (0..8 * BATCH).map(|_| table.claim().unwrap()).collect();
+        ender(claimed.clone());
+        {
+            let batches = table.store.lock();
+            assert!(
+                batches.kept.len() >= 5,
+                "{} kept batches",
+                batches.kept.len()
+            );
+            assert!(
+                batches.full.len() <= 2,
+                "only the ended thread's cache is buffered"
+            );
+        }
+        let high = table.high_water();
+        let mut again: Vec<u32> = (0..8 * BATCH).map(|_| table.claim().unwrap()).collect();
+        again.sort_unstable();
+        again.dedup();
+        assert_eq!(again.len(), 8 * BATCH, "each handed out once");
+        assert_eq!(table.high_water(), high, "no fresh slot needed");
         let capacity = CACHES.with(|caches| {
             let caches = caches.borrow();
             caches.list.iter().map(|c| c.slots.capacity()).max()
