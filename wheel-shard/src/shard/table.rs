@@ -51,10 +51,17 @@ const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
 /// Free slots moved between a thread's cache and the shared store at a time.
 pub(crate) const BATCH: usize = 256;
 
-/// Free slots in a batch the store keeps in the batch's own records (see [`FreeStore`]): the
-/// first record keeps the batch's length and the next nine slots, and each of those nine
-/// records keeps ten more.
-const KEPT_BATCH: usize = KEPT_SLOTS * KEPT_SLOTS;
+/// Records that keep the slots of one batch kept in records (see [`FreeStore`]): ten slots
+/// each, their own first.
+const HOLDERS: usize = BATCH.div_ceil(KEPT_SLOTS);
+
+/// A batch of up to [`BATCH`] free slots kept in its own records: every tenth slot's record
+/// keeps that slot and the nine after it, and the store keeps only those records' slots.
+#[derive(Clone, Copy)]
+struct KeptBatch {
+    len: u32,
+    holders: [u32; HOLDERS],
+}
 
 /// How many claims ahead a producer starts loading the record it will write. A recycled
 /// record was last written by another thread (the worker that fired its timer), so writing it
@@ -80,10 +87,10 @@ pub(crate) struct TimerTable {
 /// Batches of free slots, shared by every thread.
 ///
 /// A batch handed back by a thread's cache is kept in its own records, which are free and
-/// have 40 bytes to spare each (see [`Record::keep_slots`]): the store holds only the batch's
-/// first slot and length, so free slots cost no memory of their own (a list of them cost 4
-/// bytes a timer once every timer had ended). Taking such a batch reads its first record and
-/// then, together, the nine it names: records the taking producer writes next anyway.
+/// have 40 bytes to spare each (see [`Record::keep_slots`]): every tenth record keeps ten of
+/// the batch's slots, and the store only the slots of those records, so free slots cost 0.4
+/// bytes each (a list of them cost 4 bytes a timer once every timer had ended). Taking a
+/// batch loads those 26 records together: records the taking producer writes next anyway.
 ///
 /// Slots handed back with no record to keep them in hand (a thread's cache when the thread
 /// ends) go into buffers instead. A buffer is kept when its slots are taken and filled again
@@ -95,8 +102,8 @@ struct FreeStore {
 
 #[derive(Default)]
 struct Batches {
-    /// The first slot and the length of each batch kept in its records.
-    kept: Vec<(u32, u32)>,
+    /// The batches kept in their records.
+    kept: Vec<KeptBatch>,
     /// Slots in those batches.
     kept_len: usize,
     full: Vec<Vec<u32>>,
@@ -126,19 +133,19 @@ impl FreeStore {
         }
     }
 
-    /// Adds a batch of `len` slots kept in its records, whose first slot is `head`.
-    fn put_kept(&self, head: u32, len: usize) {
+    /// Adds a batch kept in its records.
+    fn put_kept(&self, batch: KeptBatch) {
         let mut batches = self.lock();
-        batches.kept.push((head, len as u32));
-        batches.kept_len += len;
+        batches.kept.push(batch);
+        batches.kept_len += batch.len as usize;
     }
 
-    /// Takes a batch kept in its records: its first slot, whose record holds the rest.
-    fn take_kept(&self) -> Option<u32> {
+    /// Takes a batch kept in its records.
+    fn take_kept(&self) -> Option<KeptBatch> {
         let mut batches = self.lock();
-        let (head, len) = batches.kept.pop()?;
-        batches.kept_len -= len as usize;
-        Some(head)
+        let batch = batches.kept.pop()?;
+        batches.kept_len -= batch.len as usize;
+        Some(batch)
     }
 
     /// Moves one batch from the buffers onto the end of `into`; false when they are empty.
@@ -367,8 +374,8 @@ impl TimerTable {
     /// buffer has room for it (see [`TimerTable::release`]), so this never allocates.
     #[cold]
     fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
-        if let Some(head) = self.store.take_kept() {
-            self.read_kept(head, slots);
+        if let Some(batch) = self.store.take_kept() {
+            self.read_kept(batch, slots);
         } else if !self.store.take_into(slots) {
             self.claim_fresh(slots)?;
         }
@@ -376,42 +383,33 @@ impl TimerTable {
     }
 
     /// Hands free `slots` to the store, kept in their own records in batches of up to
-    /// [`KEPT_BATCH`].
+    /// [`BATCH`].
     fn keep(&self, slots: &[u32]) {
-        for batch in slots.chunks(KEPT_BATCH) {
-            // The first record: the length and the next nine slots, which keep the rest.
-            let holders = &batch[1..batch.len().min(KEPT_SLOTS)];
-            let mut first = [0u32; KEPT_SLOTS];
-            first[0] = batch.len() as u32;
-            first[1..=holders.len()].copy_from_slice(holders);
-            self.record_of(batch[0]).keep_slots(&first);
-            let rest = batch.get(KEPT_SLOTS..).unwrap_or_default();
-            for (&holder, kept) in holders.iter().zip(rest.chunks(KEPT_SLOTS)) {
-                self.record_of(holder).keep_slots(kept);
+        for batch in slots.chunks(BATCH) {
+            let mut kept = KeptBatch {
+                len: batch.len() as u32,
+                holders: [0; HOLDERS],
+            };
+            for (holder, group) in kept.holders.iter_mut().zip(batch.chunks(KEPT_SLOTS)) {
+                *holder = group[0];
+                self.record_of(group[0]).keep_slots(group);
             }
-            self.store.put_kept(batch[0], batch.len());
+            self.store.put_kept(kept);
         }
     }
 
-    /// Appends the batch kept in records whose first slot is `head` to `slots`, in the order
-    /// it was handed back.
-    fn read_kept(&self, head: u32, slots: &mut Vec<u32>) {
-        let first = self.record_of(head).kept_slots();
-        let len = first[0] as usize;
-        let holders = &first[1..len.min(KEPT_SLOTS)];
+    /// Appends the slots of a batch kept in records to `slots`, in the order they were handed
+    /// back.
+    fn read_kept(&self, batch: KeptBatch, slots: &mut Vec<u32>) {
+        let len = batch.len as usize;
+        let holders = &batch.holders[..len.div_ceil(KEPT_SLOTS)];
         for &holder in holders {
             self.record_of(holder).prefetch();
         }
-        slots.push(head);
-        slots.extend_from_slice(holders);
-        let mut left = len.saturating_sub(KEPT_SLOTS);
+        let mut left = len;
         for &holder in holders {
-            if left == 0 {
-                break;
-            }
-            let kept = self.record_of(holder).kept_slots();
             let count = left.min(KEPT_SLOTS);
-            slots.extend_from_slice(&kept[..count]);
+            slots.extend_from_slice(&self.record_of(holder).kept_slots()[..count]);
             left -= count;
         }
     }
@@ -777,16 +775,16 @@ mod tests {
         assert_eq!(table.high_water(), high, "no fresh slot needed");
     }
 
-    /// Batches handed back are kept in their own free records: the store holds a slot and a
-    /// length per batch, and gives back exactly the slots, in order, whatever the length.
+    /// Batches handed back are kept in their own free records: the store holds a tenth of the
+    /// slots, and gives back exactly the slots, in order, whatever the length.
     #[test]
     fn a_batch_is_kept_in_its_own_records() {
         let table = TimerTable::new();
         let mut fresh = Vec::new();
-        while fresh.len() < 2 * KEPT_BATCH + 64 {
+        while fresh.len() < 2 * BATCH + 64 {
             table.claim_fresh(&mut fresh).unwrap();
         }
-        for len in [1, 2, 9, 10, 11, 19, 20, 21, 99, 100] {
+        for len in [1, 2, 9, 10, 11, 19, 20, 21, 99, 100, 255, 256] {
             let batch: Vec<u32> = fresh.iter().rev().take(len).copied().collect();
             table.keep(&batch);
             assert_eq!(table.stored(), len);
@@ -795,8 +793,8 @@ mod tests {
             assert_eq!(back, batch, "length {len}");
             assert_eq!(table.stored(), 0);
         }
-        // Longer runs are split into batches of 100; each comes back whole.
-        let run = &fresh[..2 * KEPT_BATCH + 7];
+        // Longer runs are split into batches of 256; each comes back whole.
+        let run = &fresh[..2 * BATCH + 7];
         table.keep(run);
         assert_eq!(table.store.lock().kept.len(), 3);
         let mut back = Vec::new();
@@ -847,6 +845,50 @@ mod tests {
             caches.list.iter().map(|c| c.slots.capacity()).max()
         });
         assert_eq!(capacity, Some(2 * BATCH), "the cache never grew its buffer");
+    }
+
+    /// Threads claim and release at random, handing slots to one another through batches kept
+    /// in records: no slot is ever held by two at once, and none is lost.
+    #[test]
+    fn concurrent_claims_and_releases_never_share_a_slot() {
+        use std::sync::atomic::AtomicBool;
+        const SLOTS_USED: usize = 1 << 16;
+        let table = Arc::new(TimerTable::new());
+        let held: Arc<Vec<AtomicBool>> =
+            Arc::new((0..SLOTS_USED).map(|_| AtomicBool::new(false)).collect());
+        let threads: Vec<_> = (0..4u64)
+            .map(|seed| {
+                let (table, held) = (Arc::clone(&table), Arc::clone(&held));
+                std::thread::spawn(move || {
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (seed + 1);
+                    let mut mine = Vec::new();
+                    for _ in 0..200_000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x % 3 != 0 && mine.len() < 4 * BATCH {
+                            let slot = table.claim().unwrap();
+                            assert!(!held[slot as usize].swap(true, Ordering::SeqCst), "{slot}");
+                            mine.push(slot);
+                        } else if !mine.is_empty() {
+                            let slot = mine.swap_remove(x as usize % mine.len());
+                            held[slot as usize].store(false, Ordering::SeqCst);
+                            table.release(slot);
+                        }
+                    }
+                    for slot in mine {
+                        held[slot as usize].store(false, Ordering::SeqCst);
+                        table.release(slot);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let high = table.high_water() as usize;
+        assert!(high < SLOTS_USED, "{high} slots: released ones were reused");
+        assert_eq!(table.stored(), high, "every slot is back in the store");
     }
 
     /// A cache about to run dry takes the next batch under the slots it has left, so the
