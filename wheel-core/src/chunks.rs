@@ -389,6 +389,19 @@ impl<T: Copy> Chunks<T> {
         Ok(())
     }
 
+    /// Empties chunk `id` of a list being taken apart: copies its live entries into `into`
+    /// (cleared first), gives the chunk back to the pool, and returns the next chunk of the
+    /// list, which it starts loading.
+    pub(crate) fn move_out(&mut self, id: u32, into: &mut Vec<Stored<T>>) -> u32 {
+        let chunk = self.get(id);
+        into.clear();
+        into.extend_from_slice(chunk.live());
+        let next = chunk.next();
+        self.prefetch(next);
+        self.release(id);
+        next
+    }
+
     /// Gives chunk `id`, which no slot links to any more, back to the pool.
     pub(crate) fn release(&mut self, id: u32) {
         let free = self.free;

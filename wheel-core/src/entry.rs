@@ -47,6 +47,15 @@ impl<V: Copy> Stored<V> {
     pub(crate) fn deadline_in(&self, slot_start: u64) -> u64 {
         (slot_start >> LOW_BITS << LOW_BITS) | u64::from(self.low)
     }
+
+    /// The entry held in the slot that starts at `slot_start`.
+    #[inline]
+    pub(crate) fn entry_in(&self, slot_start: u64) -> Entry<V> {
+        Entry {
+            deadline: self.deadline_in(slot_start),
+            value: self.value,
+        }
+    }
 }
 
 /// The value of an entry kept outside the levels, with the high 32 bits of its deadline.

@@ -607,13 +607,10 @@ impl<T: Copy> Wheel<T> {
     /// Takes the next entry of level-0 slot `slot`, if any: the slot of the clock's tick.
     #[inline]
     fn hand_out(&mut self, slot: usize) -> Option<Entry<T>> {
-        let stored = self.levels[0]
+        let entry = self.levels[0]
             .current_mut()
-            .pop_front(&mut self.chunks, slot)?;
-        let entry = Entry {
-            deadline: stored.deadline_in(self.now),
-            value: stored.value,
-        };
+            .pop_front(&mut self.chunks, slot)?
+            .entry_in(self.now);
         debug_assert_eq!(entry.deadline, self.now, "handed out early, or late");
         self.len -= 1;
         self.count_work();
@@ -643,12 +640,7 @@ impl<T: Copy> Wheel<T> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut id = self.levels[level].current_mut().take(slot);
         while id != NIL {
-            let chunk = self.chunks.get(id);
-            scratch.clear();
-            scratch.extend_from_slice(chunk.live());
-            let next = chunk.next();
-            self.chunks.prefetch(next);
-            self.chunks.release(id);
+            id = self.chunks.move_out(id, &mut scratch);
             for stored in &scratch {
                 // Due at or after the slot's start, where the clock is: on a lower level.
                 let deadline = stored.deadline_in(start);
@@ -657,7 +649,6 @@ impl<T: Copy> Wheel<T> {
                     .current_mut()
                     .push(&mut self.chunks, slot, *stored);
             }
-            id = next;
         }
         self.scratch = scratch;
     }
@@ -670,15 +661,10 @@ impl<T: Copy> Wheel<T> {
         let mut id = self.outside.take(BEYOND);
         self.beyond_from = u64::MAX;
         while id != NIL {
-            let chunk = self.wide_chunks.get(id);
-            scratch.clear();
-            scratch.extend_from_slice(chunk.live());
-            let next = chunk.next();
-            self.wide_chunks.release(id);
+            id = self.wide_chunks.move_out(id, &mut scratch);
             for stored in &scratch {
                 self.place(stored.entry());
             }
-            id = next;
         }
         self.wide_scratch = scratch;
     }
@@ -779,11 +765,7 @@ impl<T: Copy> Iterator for Drain<'_, T> {
             let entry = if self.rotation < outside {
                 let start = wheel.slot_start(self.rotation, slot);
                 let rotation = wheel.levels[self.rotation / 2].rotation_mut(self.rotation % 2);
-                let stored = rotation.pop_front(&mut wheel.chunks, slot)?;
-                Entry {
-                    deadline: stored.deadline_in(start),
-                    value: stored.value,
-                }
+                rotation.pop_front(&mut wheel.chunks, slot)?.entry_in(start)
             } else {
                 wheel
                     .outside

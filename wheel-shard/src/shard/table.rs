@@ -104,8 +104,6 @@ struct FreeStore {
 struct Batches {
     /// The batches kept in their records.
     kept: Vec<KeptBatch>,
-    /// Slots in those batches.
-    kept_len: usize,
     full: Vec<Vec<u32>>,
     /// Emptied buffers, `BATCH` slots each.
     spare: Vec<Vec<u32>>,
@@ -135,17 +133,12 @@ impl FreeStore {
 
     /// Adds a batch kept in its records.
     fn put_kept(&self, batch: KeptBatch) {
-        let mut batches = self.lock();
-        batches.kept.push(batch);
-        batches.kept_len += batch.len as usize;
+        self.lock().kept.push(batch);
     }
 
     /// Takes a batch kept in its records.
     fn take_kept(&self) -> Option<KeptBatch> {
-        let mut batches = self.lock();
-        let batch = batches.kept.pop()?;
-        batches.kept_len -= batch.len as usize;
-        Some(batch)
+        self.lock().kept.pop()
     }
 
     /// Moves one batch from the buffers onto the end of `into`; false when they are empty.
@@ -164,7 +157,8 @@ impl FreeStore {
     #[cfg(all(test, not(loom)))]
     fn len(&self) -> usize {
         let batches = self.lock();
-        batches.kept_len + batches.full.iter().map(Vec::len).sum::<usize>()
+        let kept: usize = batches.kept.iter().map(|batch| batch.len as usize).sum();
+        kept + batches.full.iter().map(Vec::len).sum::<usize>()
     }
 }
 
