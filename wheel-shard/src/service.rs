@@ -353,6 +353,10 @@ impl TimerService {
                 .clone()
                 .map(|s| s.wakeups.load(Ordering::Relaxed))
                 .sum(),
+            ring_full: shards
+                .clone()
+                .map(|s| s.ring_full.load(Ordering::Relaxed))
+                .sum(),
             ring_depths: shards.map(|s| s.ring.len()).collect(),
             executor_queue: core.executor.queued(),
             lateness: Lateness::from_histogram(distributions.lateness),

@@ -33,6 +33,12 @@ pub struct Stats {
     pub pending: usize,
     /// Times the tick threads woke up, all shards together.
     pub wakeups: u64,
+    /// `schedule` calls that found their shard's pending ring full, and so waited for room
+    /// (up to `Config::saturation_timeout`) or were refused. The tick threads wake before a
+    /// ring is full and drain it every tick while it floods, so this stays 0 unless they cannot
+    /// keep up (too few CPUs, a `ring_capacity` too small for the bursts, a `transfer_batch`
+    /// spent each tick).
+    pub ring_full: u64,
     /// Commands waiting in each shard's pending ring.
     pub ring_depths: Vec<usize>,
     /// Expired tasks handed to the executor and not yet started.

@@ -514,6 +514,7 @@ fn a_full_ring_waits_then_reports_saturated() {
         "waited past the saturation timeout: {waited:?}"
     );
     assert_eq!(timers.stats().rejected, 1);
+    assert_eq!(timers.stats().ring_full, 1);
     assert_eq!(timers.stats().ring_depths, [2], "the ring stays full");
     // try_schedule does not wait at all.
     let start = Instant::now();
@@ -534,6 +535,37 @@ fn a_full_ring_waits_then_reports_saturated() {
         .schedule(Duration::from_secs(60), || {})
         .is_ok()));
     assert_eq!(timers.shutdown().len(), 4, "nothing lost");
+}
+
+#[test]
+fn a_filling_ring_wakes_a_tick_thread_asleep_until_a_far_deadline() {
+    let timers = TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        ring_capacity: 1024,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .unwrap();
+    // The tick thread plans its sleep up to this timer's slot, more than a minute away...
+    timers.schedule(Duration::from_secs(100), || {}).unwrap();
+    assert!(eventually(SOON, || timers.stats().ring_depths == [0]));
+    std::thread::sleep(Duration::from_millis(50));
+    // ...and later far timers do not nudge it: only the ring passing half full does.
+    for _ in 0..600 {
+        timers.schedule(Duration::from_secs(100), || {}).unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || timers.stats().ring_depths == [0]),
+        "the ring still holds {:?} commands",
+        timers.stats().ring_depths
+    );
+    assert_eq!(
+        timers.stats().ring_full,
+        0,
+        "no schedule found the ring full"
+    );
+    assert_eq!(timers.shutdown().len(), 601, "nothing lost");
 }
 
 #[test]

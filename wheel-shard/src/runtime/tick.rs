@@ -32,6 +32,11 @@ const ROOM_SIGNAL_EVERY: usize = 1024;
 /// Ring commands moved between two looks for due timers (a few hundred microseconds of work).
 const TRANSFER_CHUNK: usize = 4096;
 
+/// Commands moved since the last sleep from which the tick thread treats the ring as flooded:
+/// it then wakes at the next tick to drain it again, instead of sleeping until its next due
+/// timer while producers fill the ring and end up waiting for room (see `Shard::push`).
+const FLOOD: usize = 1024;
+
 /// Due references handed out between two reads of the real clock (for `Stats::queue_delay`).
 const HAND_OUT_BATCH: usize = 64;
 
@@ -59,6 +64,8 @@ pub(crate) struct TickLoop<'a> {
     stale: usize,
     /// References the current compaction sweep has yet to examine (0: no sweep).
     sweep_left: usize,
+    /// Commands moved from the ring since the thread last slept: a flood while it is large.
+    moved_since_sleep: usize,
 }
 
 impl<'a> TickLoop<'a> {
@@ -74,6 +81,7 @@ impl<'a> TickLoop<'a> {
             seen_cancels: 0,
             stale: 0,
             sweep_left: 0,
+            moved_since_sleep: 0,
         }
     }
 
@@ -133,9 +141,15 @@ impl<'a> TickLoop<'a> {
                 self.sleep(now, IDLE, ring_waits);
                 continue;
             }
+            let flooded = self.moved_since_sleep >= FLOOD;
             self.sleep(
                 now,
-                wake_tick(next, now, placed || cancelled || sweeping, ring_waits),
+                wake_tick(
+                    next,
+                    now,
+                    placed || cancelled || sweeping,
+                    ring_waits || flooded,
+                ),
                 ring_waits,
             );
         }
@@ -143,10 +157,11 @@ impl<'a> TickLoop<'a> {
     }
 
     /// Sleeps until tick `wake`, unless work arrived while it was deciding to.
-    fn sleep(&self, now: u64, wake: u64, ring_waits: bool) {
+    fn sleep(&mut self, now: u64, wake: u64, ring_waits: bool) {
         if !self.shard.plan_sleep(now, wake, !ring_waits) {
             return;
         }
+        self.moved_since_sleep = 0;
         self.shard.park(wake, || self.core.clock.until(wake));
         self.shard.wakeups.fetch_add(1, Ordering::Relaxed);
     }
@@ -171,6 +186,7 @@ impl<'a> TickLoop<'a> {
             }
         }
         self.budget_left -= moved;
+        self.moved_since_sleep += moved;
         self.shard.signal_room();
         self.budget_left > 0
     }

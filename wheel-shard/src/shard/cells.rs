@@ -76,9 +76,8 @@ impl<T> Cells<T> {
         Self::count_for(capacity).saturating_mul(std::mem::size_of::<Cell<T>>())
     }
 
-    #[cfg(all(test, not(loom)))]
     pub(crate) fn len(&self) -> usize {
-        self.cells.len()
+        self.mask as usize + 1
     }
 
     /// The cell of `position`.

@@ -12,6 +12,10 @@
 //! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
 //! only when its deadline is earlier. Both sides use SeqCst, so at least one sees the other: a
 //! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
+//! A flood of far timers would then fill the ring while the thread sleeps, and producers would
+//! wait for room; so a push that leaves the ring half full wakes a sleeping tick thread
+//! whatever its deadline, and a tick thread that moved a flood of commands since it last slept
+//! wakes again at the next tick to take the rest.
 //! [`TickWaker`] holds that handshake, and its loom models check it.
 
 mod cells;
@@ -104,6 +108,8 @@ pub(crate) struct Shard {
     room: Condvar,
     pub(crate) stop: AtomicBool,
     pub(crate) wakeups: AtomicU64,
+    /// Pushes that found the ring full (see [`Stats::ring_full`](crate::Stats::ring_full)).
+    pub(crate) ring_full: AtomicU64,
     /// Timers ended by `cancel`.
     pub(crate) cancelled: CachePadded<AtomicU64>,
     /// Runs the tick thread handed to the executor.
@@ -128,6 +134,7 @@ impl Shard {
             room: Condvar::new(),
             stop: AtomicBool::new(false),
             wakeups: AtomicU64::new(0),
+            ring_full: AtomicU64::new(0),
             cancelled: CachePadded::new(AtomicU64::new(0)),
             handed: AtomicU64::new(0),
             settled_round: AtomicU64::new(0),
@@ -152,7 +159,14 @@ impl Shard {
         // A caller that does not wait takes a free cell even while others wait.
         if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
             return match self.ring.try_push(timer) {
-                Ok(()) => Ok(()),
+                Ok(position) => {
+                    if self.ring.half_full_after(position) {
+                        // Far deadlines do not nudge the tick thread: wake it before the ring
+                        // is full, so no producer has to wait for room.
+                        self.waker.wake_if_asleep();
+                    }
+                    Ok(())
+                }
                 Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
                 Err(PushError::Full(timer)) => self.push_to_full_ring(timer, timeout),
             };
@@ -163,6 +177,7 @@ impl Shard {
     /// [`Shard::push`] when the ring was full.
     #[cold]
     fn push_to_full_ring(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
+        self.ring_full.fetch_add(1, Ordering::Relaxed);
         if timeout.is_zero() {
             // The tick thread may sleep until a far deadline: let it drain the ring.
             self.wake();
@@ -184,7 +199,7 @@ impl Shard {
         let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             timer = match self.ring.try_push(timer) {
-                Ok(()) => return Ok(()),
+                Ok(_) => return Ok(()),
                 Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
                 Err(PushError::Full(timer)) => timer,
             };

@@ -70,8 +70,22 @@ impl<T> PendingRing<T> {
         self.cells.len()
     }
 
-    /// Appends `value` unless the ring is full or closed. Never blocks.
-    pub(crate) fn try_push(&self, value: T) -> Result<(), PushError<T>> {
+    /// Whether the push that took `position` left the ring at least half full, looked at
+    /// sixteen times a lap (it reads the consumer's line): then it is time to wake the
+    /// consumer, before producers find the ring full and wait.
+    #[inline]
+    pub(crate) fn half_full_after(&self, position: u64) -> bool {
+        let len = self.cells.len() as u64;
+        if position & (len / 16).saturating_sub(1) != 0 {
+            return false;
+        }
+        let head = self.head.load(Ordering::Relaxed);
+        position.saturating_sub(head) + 1 >= len / 2
+    }
+
+    /// Appends `value` unless the ring is full or closed, and returns the position it took.
+    /// Never blocks.
+    pub(crate) fn try_push(&self, value: T) -> Result<u64, PushError<T>> {
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
             if tail & CLOSED != 0 {
@@ -96,7 +110,7 @@ impl<T> PendingRing<T> {
                         unsafe { cell.write(value) };
                         cell.sequence
                             .store(Cells::<T>::full_after(lap), Ordering::Release);
-                        return Ok(());
+                        return Ok(tail);
                     }
                     Err(current) => tail = current,
                 }
@@ -181,6 +195,24 @@ impl<T> Drop for PendingRing<T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn half_full_is_reported_at_sixteen_checkpoints_a_lap() {
+        let ring = PendingRing::new(64);
+        let push = |count: usize| {
+            (0..count)
+                .map(|_| ring.try_push(0u8).unwrap())
+                .filter(|&position| ring.half_full_after(position))
+                .collect::<Vec<u64>>()
+        };
+        // Looked at every 4th position; from 32 values held on, it is half full.
+        assert_eq!(push(64), (32..64).step_by(4).collect::<Vec<u64>>());
+        for _ in 0..40 {
+            ring.pop().unwrap();
+        }
+        // 24 held: half full again from position 71 on, next looked at 72.
+        assert_eq!(push(40), (72..104).step_by(4).collect::<Vec<u64>>());
+    }
 
     #[test]
     fn fifo_full_and_wraparound() {

@@ -92,6 +92,17 @@ impl TickWaker {
         self.unpark();
     }
 
+    /// Wakes the tick thread unless it is awake or already being woken: for a ring filling
+    /// up while the thread sleeps until a later deadline. An awake thread looks at the ring
+    /// again before it sleeps, so nothing is missed when this finds it awake.
+    pub(crate) fn wake_if_asleep(&self) {
+        if self.wake_at.load(Ordering::SeqCst) != AWAKE
+            && !self.wake_requested.swap(true, Ordering::AcqRel)
+        {
+            self.unpark();
+        }
+    }
+
     fn unpark(&self) {
         if let Some(thread) = self.thread.get() {
             thread.unpark();
