@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use crate::harness::bitset::Bitset;
 use crate::harness::delays::Draws;
 use crate::harness::plan::Plan;
-use crate::harness::probe::RunHandle;
+use crate::harness::probe::{nanos_since, RunHandle};
 use crate::harness::result::Throughput;
 use crate::harness::scenario::{
     Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000,
@@ -196,6 +196,11 @@ fn produce<T: Timers>(
     tally
 }
 
+/// `duration` in nanoseconds (a delay is below the spread, far below `u64::MAX`).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Schedules timers `indices`; returns those the scenario comes back to.
 fn schedule_batch<T: Timers>(
     system: &T,
@@ -209,9 +214,11 @@ fn schedule_batch<T: Timers>(
     let mut kept = Vec::new();
     let started = Instant::now();
     let mut now = started;
+    let mut now_ns = nanos_since(epoch, now);
     for index in indices {
         if index % CLOCK_EVERY == 0 {
             now = Instant::now();
+            now_ns = nanos_since(epoch, now);
         }
         let delay = draws.delay();
         let (blocks, keep) = match scenario {
@@ -222,7 +229,8 @@ fn schedule_batch<T: Timers>(
         };
         let deadline = now + delay;
         tally.max_deadline = tally.max_deadline.max(deadline);
-        match system.schedule_at(deadline, Task::new(index, deadline, epoch, blocks)) {
+        let task = Task::new(index, now_ns.saturating_add(nanos(delay)), blocks);
+        match system.schedule_at(deadline, task) {
             Ok(id) if keep => kept.push(Kept { id, index, delay }),
             Ok(_) => {}
             Err(error) => {
@@ -284,13 +292,19 @@ fn postpone_batch<T: Timers>(
     let epoch = run.epoch();
     let started = Instant::now();
     let mut now = started;
+    let mut now_ns = nanos_since(epoch, now);
     for (i, timer) in timers.iter().enumerate() {
         if i as u32 % CLOCK_EVERY == 0 {
             now = Instant::now();
+            now_ns = nanos_since(epoch, now);
         }
         let deadline = now + timer.delay;
         tally.max_deadline = tally.max_deadline.max(deadline);
-        let task = Task::new(timer.index, deadline, epoch, false);
+        let task = Task::new(
+            timer.index,
+            now_ns.saturating_add(nanos(timer.delay)),
+            false,
+        );
         if tally
             .reschedule
             .note(system.reschedule_at(&timer.id, deadline, task))
@@ -359,6 +373,22 @@ fn add_up(tallies: Vec<Tally>, timers: usize) -> Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_added_in_nanoseconds_is_the_instants_own() {
+        let epoch = Instant::now();
+        std::thread::sleep(Duration::from_millis(1));
+        let mut draws = Draws::new(3, 0, Duration::from_secs(10));
+        for _ in 0..10_000 {
+            let now = Instant::now();
+            let delay = draws.delay();
+            assert_eq!(
+                nanos_since(epoch, now) + nanos(delay),
+                nanos_since(epoch, now + delay),
+                "the task's deadline is the one the system is given"
+            );
+        }
+    }
 
     #[test]
     fn shares_cover_every_index_once() {

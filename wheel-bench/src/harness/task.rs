@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::probe::{self, nanos_since};
+use crate::harness::probe;
 
 /// How long a blocking callback of the `slow` scenario blocks.
 pub const SLOW_BLOCK: Duration = Duration::from_millis(10);
@@ -18,11 +18,13 @@ pub struct Task {
 }
 
 impl Task {
-    /// Timer `index` with the requested `deadline` of the current run (`epoch` is the run's
-    /// time origin, see [`probe::RunHandle::epoch`]).
-    pub fn new(index: u32, deadline: Instant, epoch: Instant, blocks: bool) -> Task {
+    /// Timer `index` with the requested deadline `deadline_ns` nanoseconds after the current
+    /// run's epoch (see [`probe::RunHandle::epoch`]). Producers keep their clock reading in
+    /// those nanoseconds, so a timer's deadline costs an addition, as in the Java harness,
+    /// not a subtraction of two `Instant`s (a call into std).
+    pub fn new(index: u32, deadline_ns: u64, blocks: bool) -> Task {
         Task {
-            deadline_ns: nanos_since(epoch, deadline),
+            deadline_ns,
             index,
             blocks,
         }
