@@ -93,9 +93,11 @@ impl TickWaker {
     }
 
     /// Wakes the tick thread unless it is awake or already being woken: for a ring filling
-    /// up while the thread sleeps until a later deadline. An awake thread looks at the ring
-    /// again before it sleeps, so nothing is missed when this finds it awake.
+    /// up while the thread sleeps until a later deadline. Call after publishing the work with a
+    /// SeqCst write (the ring's push), as for [`TickWaker::nudge`]: an awake thread then looks
+    /// at the ring again before it sleeps, so nothing is missed when this finds it awake.
     pub(crate) fn wake_if_asleep(&self) {
+        sync::store_load_fence();
         if self.wake_at.load(Ordering::SeqCst) != AWAKE
             && !self.wake_requested.swap(true, Ordering::AcqRel)
         {
@@ -229,6 +231,38 @@ mod loom_models {
                 thread::spawn(move || {
                     work.fetch_add(1, Ordering::SeqCst);
                     waker.nudge(5);
+                })
+            };
+            work.fetch_add(1, Ordering::SeqCst);
+            waker.nudge(5);
+            other.join().unwrap();
+            tick.join().unwrap();
+        });
+    }
+
+    /// A push that leaves the ring half full wakes a tick thread planning to sleep until tick
+    /// 10 although its own deadline (20) is later: `wake_if_asleep`, where `nudge` would not.
+    #[test]
+    fn a_filling_ring_wakes_a_timed_sleep() {
+        loom::model(|| {
+            let (waker, work, tick) = tick_thread(1, 10);
+            work.fetch_add(1, Ordering::SeqCst);
+            waker.wake_if_asleep();
+            tick.join().unwrap();
+        });
+    }
+
+    /// A filling ring's wake-up and an earlier deadline's nudge share `wake_requested`: the one
+    /// skipped never strands the other's work, whichever pass of the tick thread it meets.
+    #[test]
+    fn a_filling_ring_and_an_earlier_deadline_share_one_wake_request() {
+        crate::sync::model_bounded(3, || {
+            let (waker, work, tick) = tick_thread(2, 10);
+            let other = {
+                let (waker, work) = (Arc::clone(&waker), Arc::clone(&work));
+                thread::spawn(move || {
+                    work.fetch_add(1, Ordering::SeqCst);
+                    waker.wake_if_asleep();
                 })
             };
             work.fetch_add(1, Ordering::SeqCst);
