@@ -20,8 +20,15 @@
 //! it too, but so does the guest kernel when every CPU is busy with the bench's and the
 //! service's threads: its lateness is what any thread that sleeps until a deadline meets on
 //! this machine under this load, the floor under a timer service's own lateness.
+//!
+//! A timer service whose timer thread hands due callbacks to other threads (wheel's tick
+//! threads and workers, Netty's worker and its executor) meets that floor twice: the timer
+//! thread wakes late, then the thread it wakes does. So the sleeper hands each boundary it woke
+//! for to a third thread, the relay, which sleeps on a channel and notes how late it got the
+//! boundary: the floor of a two-hop design on this machine under this load.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,6 +75,13 @@ pub struct HostStalls {
     /// How late the sleeper woke at most.
     #[serde(default)]
     pub sleeper_max_ns: u64,
+    /// How late the relay got the sleeper's boundaries (timer wake-up, then a thread woken by
+    /// it): the 99.9th percentile.
+    #[serde(default)]
+    pub relay_p999_ns: u64,
+    /// How late the relay got a boundary at most.
+    #[serde(default)]
+    pub relay_max_ns: u64,
 }
 
 /// How late the sleeper woke, one figure per wake-up; pure, so it can be fed synthetic ones.
@@ -131,7 +145,6 @@ impl StallTally {
     /// The figures, for `observed_ns` of watching.
     pub fn figures(&self, observed_ns: u64, steal_ns: Option<u64>) -> HostStalls {
         HostStalls {
-            sched_idle: false,
             observed_ns,
             longest_ns: self.longest_ns,
             gaps_over_200us: self.gaps,
@@ -139,9 +152,7 @@ impl StallTally {
             preempted_gaps: self.preempted_gaps,
             preempted_ns: self.preempted_ns,
             steal_ns,
-            sleeper_wakes: 0,
-            sleeper_p999_ns: 0,
-            sleeper_max_ns: 0,
+            ..HostStalls::default()
         }
     }
 }
@@ -154,13 +165,14 @@ fn threshold_ns() -> u64 {
 pub struct StallProbe {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<(StallTally, u64, bool)>,
-    sleeper: JoinHandle<WakeTally>,
+    sleeper: JoinHandle<()>,
+    relay: JoinHandle<(WakeTally, WakeTally)>,
     steal_before: Option<u64>,
 }
 
 impl StallProbe {
-    /// Starts the probe thread (`bench-stalls`), which spins, and the sleeper
-    /// (`bench-sleeper`), until [`StallProbe::finish`].
+    /// Starts the probe thread (`bench-stalls`), which spins, the sleeper (`bench-sleeper`) and
+    /// its relay (`bench-relay`), until [`StallProbe::finish`].
     pub fn start() -> StallProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -174,14 +186,20 @@ impl StallProbe {
             })
             .expect("spawn the stall probe thread");
         let flag = Arc::clone(&stop);
+        let (hand, handed) = std::sync::mpsc::channel();
         let sleeper = std::thread::Builder::new()
             .name("bench-sleeper".into())
-            .spawn(move || sleep_to_each_millisecond(&flag))
+            .spawn(move || sleep_to_each_millisecond(&flag, &hand))
             .expect("spawn the sleeper thread");
+        let relay = std::thread::Builder::new()
+            .name("bench-relay".into())
+            .spawn(move || relay(&handed))
+            .expect("spawn the relay thread");
         StallProbe {
             stop,
             thread,
             sleeper,
+            relay,
             steal_before,
         }
     }
@@ -191,8 +209,10 @@ impl StallProbe {
         self.stop.store(true, Ordering::Relaxed);
         let (tally, observed_ns, sched_idle) =
             self.thread.join().expect("the stall probe panicked");
-        let (sleeper_wakes, sleeper_p999_ns, sleeper_max_ns) =
-            self.sleeper.join().expect("the sleeper panicked").figures();
+        self.sleeper.join().expect("the sleeper panicked");
+        let (slept, relayed) = self.relay.join().expect("the relay panicked");
+        let (sleeper_wakes, sleeper_p999_ns, sleeper_max_ns) = slept.figures();
+        let (_, relay_p999_ns, relay_max_ns) = relayed.figures();
         let steal = self
             .steal_before
             .zip(proc::steal_ns())
@@ -202,27 +222,42 @@ impl StallProbe {
             sleeper_wakes,
             sleeper_p999_ns,
             sleeper_max_ns,
+            relay_p999_ns,
+            relay_max_ns,
             ..tally.figures(observed_ns, steal)
         }
     }
 }
 
 /// The sleeper's loop: sleep to the next millisecond boundary of the monotonic clock (an
-/// absolute sleep, so the time spent noting one wake-up does not shift the next), note how
-/// late it woke, until told to stop.
-fn sleep_to_each_millisecond(stop: &AtomicBool) -> WakeTally {
+/// absolute sleep, so the time spent handing one wake-up on does not shift the next), hand the
+/// boundary and the time it woke to the relay, until told to stop.
+fn sleep_to_each_millisecond(stop: &AtomicBool, relay: &Sender<(u64, u64)>) {
     const MS: u64 = 1_000_000;
-    let mut tally = WakeTally::default();
     let mut boundary = (monotonic_ns() / MS + 1) * MS;
     while !stop.load(Ordering::Relaxed) {
         sleep_until(boundary);
         let now = monotonic_ns();
-        tally.woke(now.saturating_sub(boundary));
+        if relay.send((boundary, now)).is_err() {
+            return;
+        }
         // The next boundary still ahead: a wake-up later than a whole millisecond skips the
         // boundaries it overslept instead of counting them as late again.
         boundary = (now / MS + 1) * MS;
     }
-    tally
+}
+
+/// The relay's loop: takes each boundary the sleeper woke for as it comes (asleep on the
+/// channel in between, as a worker waits for due callbacks) and notes how late the sleeper
+/// woke and how late the boundary reached the relay, until the sleeper stops.
+fn relay(handed: &Receiver<(u64, u64)>) -> (WakeTally, WakeTally) {
+    let (mut slept, mut relayed) = (WakeTally::default(), WakeTally::default());
+    while let Ok((boundary, woke)) = handed.recv() {
+        let now = monotonic_ns();
+        slept.woke(woke.saturating_sub(boundary));
+        relayed.woke(now.saturating_sub(boundary));
+    }
+    (slept, relayed)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (what `Instant` reads on Linux).
@@ -385,6 +420,17 @@ mod tests {
         assert!(figures.lost_ns <= figures.observed_ns);
         assert!(figures.sleeper_wakes >= 5, "{figures:?}");
         assert!(figures.sleeper_p999_ns <= figures.sleeper_max_ns);
+        // Each boundary reaches the relay after the sleeper woke for it, so the relay's order
+        // statistics are at least the sleeper's.
+        assert!(
+            figures.sleeper_p999_ns <= figures.relay_p999_ns,
+            "{figures:?}"
+        );
+        assert!(
+            figures.sleeper_max_ns <= figures.relay_max_ns,
+            "{figures:?}"
+        );
+        assert!(figures.relay_p999_ns <= figures.relay_max_ns);
         assert!(
             figures.sched_idle,
             "Linux lets a thread lower its own priority"

@@ -189,6 +189,11 @@ const METHOD: &str = "
     the service's threads keep every CPU busy: its lateness is what any thread that sleeps
     until a deadline meets on this machine under this load. A service's tail near the
     sleeper's is the machine's; the tail beyond it is the service's own.
+  - The sleeper hands each boundary it woke for to a third thread (`bench-relay`), asleep on
+    a channel, which notes how late the boundary reached it (*relay p99.9*, *relay max*): two
+    wake-ups in a row, as in a service whose timer thread wakes the thread that runs the
+    callback (wheel's tick thread and worker, Netty's worker and executor). A two-hop
+    service's tail near the relay's is the machine's.
   - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
     sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
     the probe on and off interleaved: three series of 8, 8 and 6 pairs at 100 k timers gave

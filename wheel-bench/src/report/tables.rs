@@ -179,6 +179,8 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             "probe preempted",
             "sleeper p99.9",
             "sleeper max",
+            "relay p99.9",
+            "relay max",
             "watched",
         ],
     );
@@ -198,6 +200,8 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             format!("{} ({})", s.preempted_gaps, nanos_text(s.preempted_ns)),
             sleeper_text(s.sleeper_wakes, s.sleeper_p999_ns),
             sleeper_text(s.sleeper_wakes, s.sleeper_max_ns),
+            sleeper_text(s.sleeper_wakes, s.relay_p999_ns),
+            sleeper_text(s.sleeper_wakes, s.relay_max_ns),
             nanos_text(s.observed_ns),
         ]);
     }
