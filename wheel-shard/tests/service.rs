@@ -551,12 +551,14 @@ fn a_filling_ring_wakes_a_tick_thread_asleep_until_a_far_deadline() {
     timers.schedule(Duration::from_secs(100), || {}).unwrap();
     assert!(eventually(SOON, || timers.stats().ring_depths == [0]));
     std::thread::sleep(Duration::from_millis(50));
-    // ...and later far timers do not nudge it: only the ring passing half full does.
+    // ...and later far timers do not nudge it: only the ring passing half full (512) does.
+    // Woken, it drains what is there; pushes that come after it went back to sleep may wait
+    // for its plan, as far timers do, as long as they leave the ring less than half full.
     for _ in 0..600 {
         timers.schedule(Duration::from_secs(100), || {}).unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(5), || timers.stats().ring_depths == [0]),
+        eventually(Duration::from_secs(5), || timers.stats().ring_depths[0] < 512),
         "the ring still holds {:?} commands",
         timers.stats().ring_depths
     );
