@@ -2,6 +2,7 @@
 //! executor's workers, and the manual clock that drives them in virtual time.
 
 pub(crate) mod core;
+pub(crate) mod grower;
 pub(crate) mod manual_clock;
 pub(crate) mod tick;
 pub(crate) mod worker;

@@ -112,10 +112,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         if executor.stopped() && !executor.has_work() {
             return;
         }
-        if core.grow_a_table() {
-            // A step of growth done: look for work again before the next.
-            continue;
-        }
+        core.ask_for_growth();
         executor.sleep();
     }
 }
