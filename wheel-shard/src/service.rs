@@ -57,13 +57,11 @@ struct Handle {
 struct Threads {
     ticks: Vec<JoinHandle<Vec<Unfired>>>,
     workers: Vec<JoinHandle<()>>,
-    grower: Option<JoinHandle<()>>,
 }
 
 impl TimerService {
-    /// Validates `config` and starts `shards` tick threads (`wheel-tick-N`),
-    /// `executor_threads` workers (`wheel-exec-N`) and the thread that writes records ahead
-    /// at idle priority (`wheel-exec-grow`).
+    /// Validates `config` and starts `shards` tick threads (`wheel-tick-N`) and
+    /// `executor_threads` workers (`wheel-exec-N`).
     ///
     /// With `pin_threads`, tick thread `i` is pinned to core `i mod cores`: with fewer cores
     /// than shards, tick threads share cores rather than go unpinned, and where the platform
@@ -125,7 +123,6 @@ impl TimerService {
         let mut threads = Threads {
             ticks: Vec::new(),
             workers: Vec::new(),
-            grower: None,
         };
         let started = spawn_threads(&core, locals, wheels, &mut threads);
         let handle = Handle {
@@ -438,8 +435,6 @@ impl Handle {
         for worker in threads.workers {
             join_unless_current(worker);
         }
-        core.grower.stop();
-        threads.grower.map(join_unless_current);
         // References placed after their tick thread stopped (a repeating timer re-armed, a
         // postponed one found by a worker, one moved earlier) come back here.
         for shard in core.shards.iter() {
@@ -511,12 +506,6 @@ fn spawn_threads(
             .spawn(move || worker::work(&thread_core, index, local))?;
         threads.workers.push(handle);
     }
-    let grower_core = Arc::clone(core);
-    let handle = thread::Builder::new()
-        .name("wheel-exec-grow".into())
-        .spawn(move || grower_core.grower.run(|| grower_core.grow_a_table()))?;
-    core.grower.set_thread(handle.thread().clone());
-    threads.grower = Some(handle);
     Ok(())
 }
 
@@ -548,13 +537,11 @@ impl fmt::Debug for TimerService {
 mod tests {
     use super::*;
 
-    /// Workers going to sleep have the grower write the next records of a shard that has
-    /// handed out fresh slots, so its producers find them resident (`TimerTable::grow`), with
-    /// one worker as with several: the grower runs at idle priority, so no callback waits
-    /// behind its page faults.
+    /// Idle workers write the next records of a shard that has handed out fresh slots, so its
+    /// producers find them resident (`TimerTable::grow`); with a single worker they do not.
     #[test]
-    fn workers_have_records_written_ahead() {
-        for workers in [2, 1] {
+    fn idle_workers_write_records_ahead() {
+        for (workers, grows) in [(2, true), (1, false)] {
             let config = Config {
                 shards: 1,
                 executor_threads: workers,
@@ -571,14 +558,19 @@ mod tests {
             (0..300).for_each(|_| done.recv().unwrap());
             let table = &service.core().shards[0].table;
             let give_up = Instant::now() + Duration::from_secs(10);
-            while table.written() < table.high_water() && Instant::now() < give_up {
+            while grows && table.written() == 0 && Instant::now() < give_up {
                 thread::sleep(Duration::from_millis(5));
             }
+            thread::sleep(Duration::from_millis(50));
             let written = table.written();
-            assert!(
-                written >= table.high_water(),
-                "{workers} workers: {written}"
-            );
+            if grows {
+                assert!(
+                    written >= table.high_water(),
+                    "{workers} workers: {written}"
+                );
+            } else {
+                assert_eq!(written, 0, "a single worker never grows the table");
+            }
         }
     }
 }

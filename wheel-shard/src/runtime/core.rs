@@ -11,7 +11,6 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::executor::{Executor, Run};
 use crate::memory;
-use crate::runtime::grower::Grower;
 use crate::shard::{PendingRing, Shard};
 use crate::Config;
 
@@ -34,8 +33,8 @@ pub(crate) struct Core {
     pub(crate) handed_back: AtomicU64,
     pub(crate) limit: PendingLimit,
     pub(crate) rejected: AtomicU64,
-    /// Writes records ahead of the tables' fresh slots (see [`Core::ask_for_growth`]).
-    pub(crate) grower: Grower,
+    /// A worker is writing records ahead (see [`Core::grow_a_table`]).
+    growing: AtomicBool,
     /// How a manual clock's `advance` learns that the service has caught up with virtual time.
     pub(crate) settle: Settle,
 }
@@ -148,7 +147,7 @@ impl Core {
             closed: AtomicBool::new(false),
             limit,
             rejected: AtomicU64::new(0),
-            grower: Grower::default(),
+            growing: AtomicBool::new(false),
             config,
         };
         for shard in core.shards.iter() {
@@ -160,18 +159,18 @@ impl Core {
         Ok((core, locals))
     }
 
-    /// A worker about to sleep: asks the grower to write records ahead when a table wants
-    /// it (see `TimerTable::grow` and [`Grower`]).
-    pub(crate) fn ask_for_growth(&self) {
-        if self.shards.iter().any(|shard| shard.table.wants_growth()) {
-            self.grower.ask();
-        }
-    }
-
-    /// The grower's step: writes ahead the records of one table that wants it; `true` when
-    /// it did.
+    /// An idle worker's chore: writes ahead the records of one shard whose table runs low
+    /// (see `TimerTable::grow`); `true` when it did. One worker at a time, so the others stay
+    /// free for callbacks that come due meanwhile; and not with a single worker, whose
+    /// callbacks would wait behind the page faults (its producers write fresh records
+    /// themselves).
     pub(crate) fn grow_a_table(&self) -> bool {
-        self.shards.iter().any(|shard| shard.table.grow())
+        if self.config.executor_threads < 2 || self.growing.swap(true, Ordering::Acquire) {
+            return false;
+        }
+        let grew = self.shards.iter().any(|shard| shard.table.grow());
+        self.growing.store(false, Ordering::Release);
+        grew
     }
 
     /// `Config::capacity` split evenly over the shards (rounded up).

@@ -2,7 +2,6 @@
 //! executor's workers, and the manual clock that drives them in virtual time.
 
 pub(crate) mod core;
-pub(crate) mod grower;
 pub(crate) mod manual_clock;
 pub(crate) mod tick;
 pub(crate) mod worker;

@@ -112,7 +112,10 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         if executor.stopped() && !executor.has_work() {
             return;
         }
-        core.ask_for_growth();
+        if core.grow_a_table() {
+            // A step of growth done: look for work again before the next.
+            continue;
+        }
         executor.sleep();
     }
 }

@@ -462,19 +462,26 @@ impl TimerTable {
 
     /// Writes records past the written mark, up to a [`GROW_STEP`] boundary, when fewer than
     /// a step of written records (or fewer than the slots handed out, while that is less) is
-    /// left beyond the fresh slots handed out; returns whether it wrote any. The grower thread
-    /// calls it (`runtime::grower`), asked by workers as they go to sleep.
+    /// left beyond the fresh slots handed out; returns whether it wrote any. Idle workers
+    /// call it before they sleep.
     ///
     /// Why: a fresh record's page becomes resident when the record is first written, and a
     /// producer that writes it pays for the page: a fault, a 2 MiB huge page zeroed, and on a
     /// VM whose host reclaims freed memory the host's faults too (0.12 ms to over 4 ms a huge
-    /// page on the benchmark VM; docs/performance.md). Written ahead with CPU time no other
-    /// thread wants, the records are resident before a burst past the table's earlier peak
+    /// page on the benchmark VM; docs/performance.md). Written ahead by a thread with nothing
+    /// else to do, the records are resident before a burst past the table's earlier peak
     /// reaches them. A producer that outruns the growth writes the records itself, as
     /// without it. Beyond the slots ever handed out, at most two steps of records (4 MiB) are
     /// written, and a small table's records stay within its first step.
     pub(crate) fn grow(&self) -> bool {
-        let (written, from, goal) = self.growth();
+        let fresh = self.fresh.load(Ordering::Relaxed);
+        let written = self.written.load(Ordering::Relaxed);
+        let goal = fresh
+            .saturating_add(fresh.min(GROW_STEP))
+            .div_ceil(GROW_STEP)
+            .saturating_mul(GROW_STEP)
+            .min(self.limit);
+        let from = written.max(fresh);
         if from >= goal {
             return false;
         }
@@ -495,25 +502,6 @@ impl TimerTable {
         }
         self.write_records(range);
         true
-    }
-
-    /// Whether [`TimerTable::grow`] would write records now: two loads, for a worker to ask
-    /// before it sleeps.
-    pub(crate) fn wants_growth(&self) -> bool {
-        let (_, from, goal) = self.growth();
-        from < goal
-    }
-
-    /// (the written mark, where growth would start, where it would end).
-    fn growth(&self) -> (u32, u32, u32) {
-        let fresh = self.fresh.load(Ordering::Relaxed);
-        let written = self.written.load(Ordering::Relaxed);
-        let goal = fresh
-            .saturating_add(fresh.min(GROW_STEP))
-            .div_ceil(GROW_STEP)
-            .saturating_mul(GROW_STEP)
-            .min(self.limit);
-        (written, written.max(fresh), goal)
     }
 
     /// Creates the segments of slots `range` that do not exist yet. A refusal comes back as
