@@ -558,7 +558,8 @@ fn a_filling_ring_wakes_a_tick_thread_asleep_until_a_far_deadline() {
         timers.schedule(Duration::from_secs(100), || {}).unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(5), || timers.stats().ring_depths[0] < 512),
+        eventually(Duration::from_secs(5), || timers.stats().ring_depths[0]
+            < 512),
         "the ring still holds {:?} commands",
         timers.stats().ring_depths
     );

@@ -220,24 +220,31 @@ mod loom_models {
         });
     }
 
-    /// Two producers nudge an idle tick thread: the one whose unpark `wake_requested` skips
-    /// never strands its timer, whichever pass of the tick thread it meets.
-    #[test]
-    fn two_producers_share_one_wake_request() {
-        crate::sync::model_bounded(3, || {
-            let (waker, work, tick) = tick_thread(2, IDLE);
+    /// Two producers each publish an item, then wake the tick thread planning to sleep until
+    /// `plan`, one by `first` and the other by `second`, racing it and each other. Both share
+    /// `wake_requested`: the one whose unpark it skips never strands its item, whichever pass
+    /// of the tick thread it meets.
+    fn two_producers(plan: u64, first: fn(&TickWaker), second: fn(&TickWaker)) {
+        crate::sync::model_bounded(3, move || {
+            let (waker, work, tick) = tick_thread(2, plan);
             let other = {
                 let (waker, work) = (Arc::clone(&waker), Arc::clone(&work));
                 thread::spawn(move || {
                     work.fetch_add(1, Ordering::SeqCst);
-                    waker.nudge(5);
+                    second(&waker);
                 })
             };
             work.fetch_add(1, Ordering::SeqCst);
-            waker.nudge(5);
+            first(&waker);
             other.join().unwrap();
             tick.join().unwrap();
         });
+    }
+
+    /// Two producers nudge an idle tick thread.
+    #[test]
+    fn two_producers_share_one_wake_request() {
+        two_producers(IDLE, |waker| waker.nudge(5), |waker| waker.nudge(5));
     }
 
     /// A push that leaves the ring half full wakes a tick thread planning to sleep until tick
@@ -252,24 +259,10 @@ mod loom_models {
         });
     }
 
-    /// A filling ring's wake-up and an earlier deadline's nudge share `wake_requested`: the one
-    /// skipped never strands the other's work, whichever pass of the tick thread it meets.
+    /// A filling ring's wake-up and an earlier deadline's nudge, from two producers.
     #[test]
     fn a_filling_ring_and_an_earlier_deadline_share_one_wake_request() {
-        crate::sync::model_bounded(3, || {
-            let (waker, work, tick) = tick_thread(2, 10);
-            let other = {
-                let (waker, work) = (Arc::clone(&waker), Arc::clone(&work));
-                thread::spawn(move || {
-                    work.fetch_add(1, Ordering::SeqCst);
-                    waker.wake_if_asleep();
-                })
-            };
-            work.fetch_add(1, Ordering::SeqCst);
-            waker.nudge(5);
-            other.join().unwrap();
-            tick.join().unwrap();
-        });
+        two_producers(10, |waker| waker.nudge(5), TickWaker::wake_if_asleep);
     }
 
     /// Shutdown's stop flag and `wake` reach a tick thread on its way to an idle sleep.
