@@ -1,0 +1,174 @@
+//! Which timers make the lateness tail, and when they were due.
+//!
+//! The bench's histograms say how late the p99.99 timer was, not which timers were that late.
+//! This example schedules timers as the bench's `fire` scenario does (one producer, delays
+//! uniform over the spread, the clock read every 64 timers, deadlines by `schedule_at`), after
+//! one unmeasured warm-up round of the same size, and notes each timer's lateness by its index.
+//! It then prints the p99.99 and the max, and the latest 1 in 10 000 timers grouped by when they
+//! were due, in 5 ms windows from the start of the round, beside how long the scheduling burst
+//! took: a tail of scattered single windows is the host's or the guest's scheduling, a tail
+//! packed into a few windows is one event of the service's (docs/performance.md has one).
+//!
+//! ```text
+//! cargo run --release -p wheel-bench --example late_timers -- [TIMERS] [SPREAD_MS] [CAPACITY]
+//! ```
+//!
+//! `CAPACITY` is `Config::capacity` (0, the default: records written as the table grows). It
+//! exits non-zero if a timer fired early or never ran.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use wheel_shard::{Config, TimerService};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Each timer's lateness in microseconds, plus one (0: it has not run).
+static LATE_US: OnceLock<Vec<AtomicU32>> = OnceLock::new();
+/// The measured round's origin: deadlines are nanoseconds after it.
+static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+/// Timers between two clock reads of the producer, as in the bench.
+const CLOCK_EVERY: usize = 64;
+/// The width of a due-time window in the report.
+const WINDOW_NS: u64 = 5_000_000;
+/// A timer this much early would be a bug; its lateness is stored as this marker.
+const EARLY: u32 = u32::MAX;
+
+/// The callback: how late timer `index`, due `due_ns` after the origin, started.
+#[inline(never)]
+fn record(index: usize, due_ns: u64) {
+    let now = ORIGIN
+        .get()
+        .expect("set before scheduling")
+        .elapsed()
+        .as_nanos() as u64;
+    let late = match now.checked_sub(due_ns) {
+        Some(late) => u32::try_from(late / 1000).unwrap_or(EARLY - 2) + 1,
+        None => EARLY,
+    };
+    LATE_US.get().expect("set before scheduling")[index].store(late, Ordering::Relaxed);
+}
+
+/// A xorshift stream for the delays, the same in every run.
+struct Delays(u64);
+
+impl Delays {
+    fn next_below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
+
+/// Schedules `timers` timers from this thread, due after delays uniform over `spread_ns`;
+/// returns their due times (nanoseconds after `origin`) when `recorded`.
+fn schedule_all(
+    service: &TimerService,
+    timers: usize,
+    spread_ns: u64,
+    origin: Instant,
+    recorded: bool,
+) -> Vec<u64> {
+    let mut delays = Delays(0x1234_5678_9abc_def0);
+    let mut due = Vec::with_capacity(if recorded { timers } else { 0 });
+    let mut now_ns = 0;
+    for index in 0..timers {
+        if index % CLOCK_EVERY == 0 {
+            now_ns = origin.elapsed().as_nanos() as u64;
+        }
+        let due_ns = now_ns + delays.next_below(spread_ns);
+        let at = origin + Duration::from_nanos(due_ns);
+        let scheduled = if recorded {
+            due.push(due_ns);
+            service.schedule_at(at, move || record(index, due_ns))
+        } else {
+            service.schedule_at(at, || {})
+        };
+        scheduled.expect("the service takes every timer");
+    }
+    due
+}
+
+fn wait_until_all_ran(service: &TimerService) {
+    while service.pending() > 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn arg(n: usize, default: u64) -> u64 {
+    std::env::args()
+        .nth(n)
+        .map(|a| a.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+fn main() {
+    let timers = arg(1, 10_000_000) as usize;
+    let spread_ns = arg(2, 10_000).max(1) * 1_000_000;
+    let capacity = arg(3, 0) as usize;
+    let service = TimerService::new(Config {
+        capacity,
+        ..Config::default()
+    })
+    .expect("a valid config");
+    LATE_US
+        .set((0..timers).map(|_| AtomicU32::new(0)).collect())
+        .expect("set once");
+
+    // Warm-up: the same round, unrecorded, so the measured one finds the memory grown.
+    schedule_all(&service, timers, spread_ns, Instant::now(), false);
+    wait_until_all_ran(&service);
+
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    let due = schedule_all(&service, timers, spread_ns, origin, true);
+    let burst = origin.elapsed();
+    wait_until_all_ran(&service);
+    // The last callbacks may still be storing their sample.
+    std::thread::sleep(Duration::from_millis(100));
+
+    let late = LATE_US.get().expect("set");
+    let mut samples: Vec<(u32, u64)> = Vec::with_capacity(timers);
+    let (mut early, mut missing) = (0, 0);
+    for (slot, &due_ns) in late.iter().zip(&due) {
+        match slot.load(Ordering::Relaxed) {
+            0 => missing += 1,
+            EARLY => early += 1,
+            late_us => samples.push((late_us - 1, due_ns)),
+        }
+    }
+    if samples.is_empty() {
+        eprintln!("no timer ran");
+        std::process::exit(1);
+    }
+    samples.sort_unstable_by_key(|&(late_us, _)| std::cmp::Reverse(late_us));
+    let tail = (samples.len() / 10_000).max(1);
+    println!(
+        "{timers} timers over {} ms, capacity {capacity}: the burst took {burst:?}; \
+         p99.99 {} µs, max {} µs",
+        spread_ns / 1_000_000,
+        samples[tail - 1].0,
+        samples[0].0
+    );
+    let mut windows: BTreeMap<u64, (usize, u32)> = BTreeMap::new();
+    for &(late_us, due_ns) in &samples[..tail] {
+        let window = windows.entry(due_ns / WINDOW_NS).or_default();
+        window.0 += 1;
+        window.1 = window.1.max(late_us);
+    }
+    println!("the latest {tail} by when they were due (window: timers, the latest):");
+    for (window, (count, latest)) in windows {
+        println!(
+            "  {:>6} ms: {count:>5}, {latest} µs",
+            window * WINDOW_NS / 1_000_000
+        );
+    }
+    if early + missing > 0 {
+        eprintln!("{early} timers fired early, {missing} never ran");
+        std::process::exit(1);
+    }
+}
