@@ -201,6 +201,39 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A producer's clock reading, taken again every [`CLOCK_EVERY`] timers: as an `Instant` for
+/// the system's deadlines, and in nanoseconds since the run's epoch for the tasks', so that
+/// each timer's task deadline costs an addition, as in the Java harness, not a subtraction of
+/// two `Instant`s (a call into std).
+struct Reading {
+    epoch: Instant,
+    at: Instant,
+    ns: u64,
+}
+
+impl Reading {
+    fn now(epoch: Instant) -> Reading {
+        let at = Instant::now();
+        Reading {
+            epoch,
+            at,
+            ns: nanos_since(epoch, at),
+        }
+    }
+
+    /// Reads the clock again before the `i`th timer of a batch when a reading is due.
+    fn refresh_before(&mut self, i: u32) {
+        if i % CLOCK_EVERY == 0 {
+            *self = Reading::now(self.epoch);
+        }
+    }
+
+    /// `delay` after this reading: the `Instant`, and its nanoseconds since the epoch.
+    fn after(&self, delay: Duration) -> (Instant, u64) {
+        (self.at + delay, self.ns.saturating_add(nanos(delay)))
+    }
+}
+
 /// Schedules timers `indices`; returns those the scenario comes back to.
 fn schedule_batch<T: Timers>(
     system: &T,
@@ -210,16 +243,11 @@ fn schedule_batch<T: Timers>(
     run: &RunHandle,
     tally: &mut Tally,
 ) -> Vec<Kept<T::Id>> {
-    let epoch = run.epoch();
     let mut kept = Vec::new();
-    let started = Instant::now();
-    let mut now = started;
-    let mut now_ns = nanos_since(epoch, now);
+    let mut now = Reading::now(run.epoch());
+    let started = now.at;
     for index in indices {
-        if index % CLOCK_EVERY == 0 {
-            now = Instant::now();
-            now_ns = nanos_since(epoch, now);
-        }
+        now.refresh_before(index);
         let delay = draws.delay();
         let (blocks, keep) = match scenario {
             Scenario::Slow => (draws.chance(SLOW_PER_10000), false),
@@ -227,10 +255,9 @@ fn schedule_batch<T: Timers>(
             Scenario::Heartbeat => (false, true),
             Scenario::Fire | Scenario::Idle => (false, false),
         };
-        let deadline = now + delay;
+        let (deadline, deadline_ns) = now.after(delay);
         tally.max_deadline = tally.max_deadline.max(deadline);
-        let task = Task::new(index, now_ns.saturating_add(nanos(delay)), blocks);
-        match system.schedule_at(deadline, task) {
+        match system.schedule_at(deadline, Task::new(index, deadline_ns, blocks)) {
             Ok(id) if keep => kept.push(Kept { id, index, delay }),
             Ok(_) => {}
             Err(error) => {
@@ -289,22 +316,13 @@ fn postpone_batch<T: Timers>(
     run: &RunHandle,
     tally: &mut Tally,
 ) {
-    let epoch = run.epoch();
-    let started = Instant::now();
-    let mut now = started;
-    let mut now_ns = nanos_since(epoch, now);
+    let mut now = Reading::now(run.epoch());
+    let started = now.at;
     for (i, timer) in timers.iter().enumerate() {
-        if i as u32 % CLOCK_EVERY == 0 {
-            now = Instant::now();
-            now_ns = nanos_since(epoch, now);
-        }
-        let deadline = now + timer.delay;
+        now.refresh_before(i as u32);
+        let (deadline, deadline_ns) = now.after(timer.delay);
         tally.max_deadline = tally.max_deadline.max(deadline);
-        let task = Task::new(
-            timer.index,
-            now_ns.saturating_add(nanos(timer.delay)),
-            false,
-        );
+        let task = Task::new(timer.index, deadline_ns, false);
         if tally
             .reschedule
             .note(system.reschedule_at(&timer.id, deadline, task))
@@ -380,11 +398,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1));
         let mut draws = Draws::new(3, 0, Duration::from_secs(10));
         for _ in 0..10_000 {
-            let now = Instant::now();
-            let delay = draws.delay();
+            let (deadline, deadline_ns) = Reading::now(epoch).after(draws.delay());
             assert_eq!(
-                nanos_since(epoch, now) + nanos(delay),
-                nanos_since(epoch, now + delay),
+                deadline_ns,
+                nanos_since(epoch, deadline),
                 "the task's deadline is the one the system is given"
             );
         }

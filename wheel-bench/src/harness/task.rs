@@ -19,9 +19,8 @@ pub struct Task {
 
 impl Task {
     /// Timer `index` with the requested deadline `deadline_ns` nanoseconds after the current
-    /// run's epoch (see [`probe::RunHandle::epoch`]). Producers keep their clock reading in
-    /// those nanoseconds, so a timer's deadline costs an addition, as in the Java harness,
-    /// not a subtraction of two `Instant`s (a call into std).
+    /// run's epoch (see [`probe::RunHandle::epoch`]; producers get it by an addition to their
+    /// clock reading, not by subtracting the epoch from each deadline).
     pub fn new(index: u32, deadline_ns: u64, blocks: bool) -> Task {
         Task {
             deadline_ns,
