@@ -97,12 +97,8 @@ impl TickWaker {
     /// SeqCst write (the ring's push), as for [`TickWaker::nudge`]: an awake thread then looks
     /// at the ring again before it sleeps, so nothing is missed when this finds it awake.
     pub(crate) fn wake_if_asleep(&self) {
-        sync::store_load_fence();
-        if self.wake_at.load(Ordering::SeqCst) != AWAKE
-            && !self.wake_requested.swap(true, Ordering::AcqRel)
-        {
-            self.unpark();
-        }
+        // Every sleep is planned past tick 0 (`AWAKE`), so this is a nudge for tick 0.
+        self.nudge(AWAKE);
     }
 
     fn unpark(&self) {
