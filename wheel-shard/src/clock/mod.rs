@@ -6,10 +6,19 @@
 //! "Now" comes from the monotonic clock, or, for a service built with
 //! [`TimerService::with_manual_clock`](crate::TimerService::with_manual_clock), from a virtual
 //! time that only moves when the test moves it. The choice is one predictable branch per read.
+//!
+//! A deadline `delay` from now needs a "now" that is never behind, not an exact one: where the
+//! machine has one, it starts from the [`CounterClock`]'s bound, a few nanoseconds a read
+//! instead of a vDSO call (`counter.rs` has the argument). Everything that decides whether a
+//! deadline has passed reads the monotonic clock itself.
+
+mod counter;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use counter::CounterClock;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Clock {
@@ -18,6 +27,11 @@ pub(crate) struct Clock {
     tick: Divisor,
     /// Virtual nanoseconds since `origin`, for a manual clock; `None`: real time.
     manual: Option<Arc<AtomicU64>>,
+    /// Where deadlines start from a bound on "now" rather than a read of it (real clocks with
+    /// ticks of at least [`counter::MIN_TICK`], on machines that have one).
+    counter: Option<CounterClock>,
+    /// `origin` in the counter clock's nanoseconds (0 without one).
+    origin_on_counter: u64,
 }
 
 /// Division by a fixed `u64`, by multiplying with its precomputed reciprocal: every
@@ -74,11 +88,26 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Clock {
     pub(crate) fn new(tick: Duration) -> Self {
+        let counter = if tick >= counter::MIN_TICK {
+            CounterClock::calibrated()
+        } else {
+            None
+        };
+        Clock::with_counter(tick, counter)
+    }
+
+    /// A real clock whose deadlines start from `counter`'s bound, or from `Instant::now()`.
+    fn with_counter(tick: Duration, counter: Option<CounterClock>) -> Self {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
+        let origin = Instant::now();
         Clock {
-            origin: Instant::now(),
+            origin,
             tick: Divisor::new(tick_nanos),
             manual: None,
+            counter,
+            origin_on_counter: counter.map_or(0, |counter| {
+                nanos(origin.saturating_duration_since(counter.epoch()))
+            }),
         }
     }
 
@@ -86,7 +115,7 @@ impl Clock {
     pub(crate) fn manual(tick: Duration) -> Self {
         Clock {
             manual: Some(Arc::new(AtomicU64::new(0))),
-            ..Clock::new(tick)
+            ..Clock::with_counter(tick, None)
         }
     }
 
@@ -136,7 +165,17 @@ impl Clock {
 
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.ticks_ceil(self.elapsed_nanos().saturating_add(nanos(delay)))
+        self.ticks_ceil(self.elapsed_above().saturating_add(nanos(delay)))
+    }
+
+    /// Nanoseconds since `origin` that are never behind "now": the counter clock's bound where
+    /// there is one, else [`Clock::elapsed_nanos`].
+    #[inline]
+    fn elapsed_above(&self) -> u64 {
+        match self.counter {
+            Some(counter) => counter.nanos_above().saturating_sub(self.origin_on_counter),
+            None => self.elapsed_nanos(),
+        }
     }
 
     /// The first tick at or after `at`; an instant in the past is due now.
@@ -264,6 +303,35 @@ mod tests {
             1_000_000,
             "virtual, whatever the real time"
         );
+    }
+
+    #[test]
+    fn a_deadline_after_a_delay_begins_no_earlier_than_the_delay_from_a_read_before_it() {
+        let clocks = [
+            Clock::new(Duration::from_millis(1)),
+            Clock::with_counter(Duration::from_millis(1), None),
+            Clock::new(Duration::from_micros(100)),
+        ];
+        assert_eq!(
+            clocks[0].counter.is_some(),
+            CounterClock::calibrated().is_some(),
+            "a 1 ms tick uses the counter clock wherever there is one"
+        );
+        assert!(
+            Clock::new(Duration::from_micros(99)).counter.is_none(),
+            "a tick under counter::MIN_TICK reads Instant::now()"
+        );
+        for clock in &clocks {
+            for i in 0..200_000u64 {
+                let delay = Duration::from_nanos(i * 7919 % 3_000_000);
+                let requested = Instant::now() + delay;
+                let tick = clock.deadline_after(delay);
+                assert!(clock.instant(tick) >= requested, "{delay:?}");
+                if i % 1024 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        }
     }
 
     #[test]
