@@ -20,7 +20,9 @@
 //! Ground rules, each a reason the bound is never behind:
 //! 1. The kernel's own monotonic clock reads this counter (clocksource `tsc`, an invariant
 //!    counter), so the counter is as consistent across CPUs as `Instant` is; on any other
-//!    machine there is no counter clock and `schedule` reads `Instant::now()`.
+//!    machine there is no counter clock and `schedule` reads `Instant::now()`. This is checked
+//!    once, at calibration: a kernel that later finds its counter unstable and changes clock
+//!    source has broken the premise for its own clock as well.
 //! 2. `r̂` is the counter's rate (nanoseconds a count) measured at calibration as an upper
 //!    bound, times 9/8: NTP slews the monotonic clock against the counter, chrony by at most
 //!    83 333 ppm, which the eighth covers.
