@@ -74,6 +74,10 @@ impl TimerService {
     /// [`limits::memory_limit`](crate::limits::memory_limit) is refused with
     /// [`ConfigError::TooLarge`], and an allocation the allocator refuses with
     /// [`ConfigError::OutOfMemory`]; both name the field, and neither aborts the process.
+    ///
+    /// The first real-clock service of a process with a tick of 100 µs or more, on a machine
+    /// whose kernel clock reads the time-stamp counter, measures that counter's rate for
+    /// 2 ms before it returns (see [`TimerService::schedule`]); later services reuse it.
     pub fn new(config: Config) -> Result<TimerService, ConfigError> {
         let clock = Clock::new(config.tick);
         TimerService::start(config, clock)
