@@ -17,7 +17,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -235,9 +235,14 @@ fn merge_into(samples: &mut Samples, data: &ThreadData, timers: usize) {
     samples.early += data.early;
 }
 
+/// `duration` in nanoseconds, saturating (`u64` holds 584 years).
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Nanoseconds from `epoch` to `at` (0 when `at` is earlier).
 pub(crate) fn nanos_since(epoch: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+    nanos(at.saturating_duration_since(epoch))
 }
 
 /// Records one callback's sample: `start` is when it began, `deadline_ns` its requested

@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use crate::harness::bitset::Bitset;
 use crate::harness::delays::Draws;
 use crate::harness::plan::Plan;
-use crate::harness::probe::{nanos_since, RunHandle};
+use crate::harness::probe::{nanos, nanos_since, RunHandle};
 use crate::harness::result::Throughput;
 use crate::harness::scenario::{
     Scenario, HEARTBEAT_RESCHEDULES, RPC_CANCEL_PER_10000, SLOW_PER_10000,
@@ -194,11 +194,6 @@ fn produce<T: Timers>(
         .zip(proc::this_thread_cpu_ns())
         .map(|(before, after)| after.saturating_sub(before));
     tally
-}
-
-/// `duration` in nanoseconds (a delay is below the spread, far below `u64::MAX`).
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A producer's clock reading, taken again every [`CLOCK_EVERY`] timers: as an `Instant` for

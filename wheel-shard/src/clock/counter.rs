@@ -43,6 +43,8 @@ use std::cell::Cell;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use super::nanos;
+
 /// The shortest tick whose deadlines start from the counter clock: its lead of at most about
 /// 2.3 µs moves at most one deadline in 40 a tick later.
 pub(crate) const MIN_TICK: Duration = Duration::from_micros(100);
@@ -126,20 +128,14 @@ impl CounterClock {
     #[cold]
     #[inline(never)]
     fn anchor(self, anchor: &Cell<Anchor>) -> u64 {
-        let before = read_counter();
-        let nanos = self.epoch_nanos();
-        let after = read_counter();
-        if after.wrapping_sub(before) <= self.span / 2 {
+        let read = Bracket::read(self.epoch);
+        if read.width() <= self.span / 2 {
             anchor.set(Anchor {
-                count: before,
-                nanos,
+                count: read.before,
+                nanos: read.nanos,
             });
         }
-        nanos
-    }
-
-    fn epoch_nanos(self) -> u64 {
-        nanos(self.epoch.elapsed())
+        read.nanos
     }
 }
 
@@ -147,8 +143,29 @@ impl CounterClock {
 #[derive(Clone, Copy)]
 struct Bracket {
     before: u64,
+    /// Nanoseconds since `epoch`.
     nanos: u64,
     after: u64,
+}
+
+impl Bracket {
+    /// Counter, monotonic clock (nanoseconds since `epoch`), counter.
+    fn read(epoch: Instant) -> Bracket {
+        let before = read_counter();
+        let nanos = nanos(epoch.elapsed());
+        let after = read_counter();
+        Bracket {
+            before,
+            nanos,
+            after,
+        }
+    }
+
+    /// Counts between the two counter reads; huge when the count went backwards (another
+    /// CPU's counter).
+    fn width(self) -> u64 {
+        self.after.wrapping_sub(self.before)
+    }
 }
 
 /// Measures the counter's rate against the monotonic clock over [`CALIBRATION`], as an upper
@@ -177,20 +194,9 @@ fn calibrate() -> Option<CounterClock> {
 /// A tight bracket (under 10 000 counts, a few µs) around a monotonic read, retried when the
 /// thread was interrupted between the reads.
 fn bracket(epoch: Instant) -> Option<Bracket> {
-    (0..64).find_map(|_| {
-        let before = read_counter();
-        let nanos = nanos(epoch.elapsed());
-        let after = read_counter();
-        (after > before && after - before < 10_000).then_some(Bracket {
-            before,
-            nanos,
-            after,
-        })
-    })
-}
-
-fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+    (0..64)
+        .map(|_| Bracket::read(epoch))
+        .find(|read| (1..10_000).contains(&read.width()))
 }
 
 /// Whether the kernel's monotonic clock reads an invariant time-stamp counter (rule 1).
@@ -274,9 +280,9 @@ mod tests {
                             1 => std::thread::sleep(Duration::from_micros(x % 50)),
                             _ => {}
                         }
-                        let before = clock.epoch_nanos();
+                        let before = nanos(clock.epoch.elapsed());
                         let above = clock.nanos_above();
-                        let after = clock.epoch_nanos();
+                        let after = nanos(clock.epoch.elapsed());
                         assert!(above >= before, "read {i}: {above} behind {before}");
                         assert!(
                             above <= after + LEAD_NANOS,
