@@ -86,18 +86,15 @@ fn prefetch(line: &Line) {
     black_box(line);
 }
 
-/// The cheapest read of "now": the time-stamp counter, else the monotonic clock.
+/// The cheapest read of "now" this machine has: the time-stamp counter, else the monotonic
+/// clock (one read either way).
 #[inline(always)]
-fn counter() -> u64 {
+fn read_now() {
     #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: RDTSC is part of the x86_64 baseline and touches no memory.
-        unsafe { std::arch::x86_64::_rdtsc() }
-    }
+    // SAFETY: RDTSC is part of the x86_64 baseline and touches no memory.
+    black_box(unsafe { std::arch::x86_64::_rdtsc() });
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        Instant::now().elapsed().as_nanos() as u64
-    }
+    black_box(Instant::now());
 }
 
 /// Which steps of the floor a loop does (see the module doc).
@@ -116,7 +113,7 @@ fn floor(step: Floor, n: u64, spread: Duration, lines: &[Line], order: &[u32]) -
         let intended = Instant::now() + delay;
         let task = move || record(j, intended);
         if step >= Floor::Clock {
-            black_box(counter());
+            read_now();
         }
         if step >= Floor::Record {
             let i = j as usize;
