@@ -214,7 +214,7 @@ impl Config {
     /// - per shard, its wheel's slot tables (2 × levels × `wheel_slots`, rounded up to a power
     ///   of two, × 8 bytes, where levels keep slots up to 2^32 ticks wide: 8 KiB at 64 slots,
     ///   196 KiB at 4096), its timer table's
-    ///   directory (8 KiB) and its ring of due references for the workers (320 KiB);
+    ///   directories of records and free slots (12 KiB) and its ring of due references for the workers (320 KiB);
     /// - per executor thread, its histograms of lateness, callback time and queue delay
     ///   (3 × 261 KiB).
     ///

@@ -19,6 +19,7 @@
 //! [`TickWaker`] holds that handshake, and its loom models check it.
 
 mod cells;
+mod free_map;
 mod record;
 mod ring;
 mod table;

@@ -137,16 +137,6 @@ pub(crate) enum Moved {
     Earlier,
 }
 
-/// Slots of a free-slot batch one FREE record keeps (see [`Record::keep_slots`]): two in its
-/// deadline's bytes, eight in its task's.
-pub(crate) const KEPT_SLOTS: usize = 10;
-
-/// The task's bytes hold eight `u32`s.
-const _KEPT_FITS: () = assert!(
-    std::mem::size_of::<Task>() >= 4 * (KEPT_SLOTS - 2)
-        && std::mem::align_of::<Task>() >= std::mem::align_of::<u32>()
-);
-
 /// One timer's record (see the module doc). 48 bytes, 16-byte aligned: four records to three
 /// cache lines, so half of them straddle two (see docs/performance.md for what that costs).
 #[cfg_attr(not(loom), repr(C, align(16)))]
@@ -435,40 +425,6 @@ impl Record {
         let task = self.take_task();
         self.word.store(retired(word), Ordering::Release);
         Some((generation(word), deadline, task))
-    }
-
-    /// Keeps up to [`KEPT_SLOTS`] slots of a free-slot batch in this FREE record, in the bytes
-    /// its deadline and task take while it is in use. The free-slot store owns a FREE record
-    /// in a batch it keeps: nothing else reads those bytes (a stale reference reads the word
-    /// only), and the store's lock orders this write before [`Record::kept_slots`].
-    pub(crate) fn keep_slots(&self, slots: &[u32]) {
-        let mut kept = [0u32; KEPT_SLOTS];
-        kept[..slots.len()].copy_from_slice(slots);
-        self.deadline.store(
-            u64::from(kept[0]) | u64::from(kept[1]) << 32,
-            Ordering::Relaxed,
-        );
-        let rest: [u32; KEPT_SLOTS - 2] = kept[2..].try_into().expect("eight slots");
-        // SAFETY: the record is FREE and the store's (see above), so its task was moved out
-        // when it was retired and no one else accesses the bytes; they have room for eight
-        // `u32`s, aligned at least as a `u32` is (`_KEPT_FITS`).
-        self.task
-            .with_mut(|task| unsafe { task.cast::<[u32; KEPT_SLOTS - 2]>().write(rest) });
-    }
-
-    /// The slots [`Record::keep_slots`] kept here (as many as it was given; the rest zeros).
-    pub(crate) fn kept_slots(&self) -> [u32; KEPT_SLOTS] {
-        let first = self.deadline.load(Ordering::Relaxed);
-        // SAFETY: as in `keep_slots`, which wrote these bytes before the store handed the
-        // batch over (its lock orders the two).
-        let rest = self
-            .task
-            .with_mut(|task| unsafe { task.cast::<[u32; KEPT_SLOTS - 2]>().read() });
-        let mut kept = [0u32; KEPT_SLOTS];
-        kept[0] = first as u32;
-        kept[1] = (first >> 32) as u32;
-        kept[2..].copy_from_slice(&rest);
-        kept
     }
 
     /// Starts loading the record into this core's cache (a hint: no fault, no effect): both of

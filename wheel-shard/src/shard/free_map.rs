@@ -1,0 +1,329 @@
+//! [`FreeMap`]: the free slots of a timer table, one bit each, handed out again in address
+//! order, a word of 64 slots at a time.
+//!
+//! Why address order: a producer writes the record of every slot it claims. Records are 48
+//! bytes, four to three cache lines, so a run of neighbouring slots writes each line once
+//! and the core's prefetcher sees the stream coming; slots in the order timers happened to
+//! end (random, for timers of random delays) cost a line and a half each, every one a miss
+//! (docs/performance.md measured the difference at about 5 ns a schedule).
+//!
+//! The layout, per segment of the table (`segment_words` words of 64 slots):
+//!
+//! ```text
+//!   words[i]   bit b set: slot 64·i + b is free (here, not in any thread's cache)
+//!   summary[j] bit k set: words[64·j + k] may have a bit set
+//! ```
+//!
+//! A sweep (the `cursor`) walks the summary words of every segment in order and wraps, so
+//! slots come back a lap after they were last handed out: a producer's run of claims walks
+//! up through memory.
+//!
+//! Ground rules (no slot lost, none handed out twice):
+//! - [`FreeMap::put`] sets a slot's bit in its word; if the word was zero it then sets the
+//!   word's summary bit.
+//! - [`FreeMap::take`] clears a summary bit, then swaps the word with zero: the bits the swap
+//!   returns are the taker's alone.
+//! - So a word with a bit set has its summary bit set, or a taker is between clearing that
+//!   bit and swapping the word, and takes the bit. A summary bit may be set over a zero word
+//!   (a put that found the word zero after a take swapped it): a take finds nothing there and
+//!   moves on. The read-modify-writes are AcqRel: a take's clear is ordered before its swap,
+//!   and a put's bit before its summary bit (the loom model below checks the race).
+//! - `free` counts the bits only roughly (a put adds after setting its bits, a take subtracts
+//!   after taking them): it tells a taker whether a sweep is worth starting, never whether a
+//!   slot is free.
+
+use std::sync::OnceLock;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+
+/// One segment's bits (see the module doc).
+struct SegmentBits {
+    words: Box<[AtomicU64]>,
+    summary: Box<[AtomicU64]>,
+}
+
+impl SegmentBits {
+    fn new(words: usize) -> Self {
+        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
+        SegmentBits {
+            words: zeros(words),
+            summary: zeros(words.div_ceil(64)),
+        }
+    }
+}
+
+/// How many slots ahead [`FreeMap::put`] starts loading a slot's word: slots that timers
+/// ended in random order land on words far apart, each a miss, which overlap this way.
+const PUT_AHEAD: usize = 8;
+
+/// Starts loading `word` into this core's cache (a hint: no fault, no effect).
+fn prefetch(word: &AtomicU64) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch never faults and changes no memory. SSE is part of the x86_64
+        // baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const AtomicU64).cast()) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = word;
+}
+
+pub(crate) struct FreeMap {
+    segments: Box<[OnceLock<Box<SegmentBits>>]>,
+    /// Words of 64 slots per segment.
+    segment_words: usize,
+    /// Where the next sweep starts: an index into the summary words of all segments.
+    cursor: CachePadded<AtomicUsize>,
+    /// About how many bits are set (see the module doc); may dip below zero for a moment.
+    free: CachePadded<AtomicU64>,
+    /// One past the highest segment that has bits.
+    segments_used: AtomicUsize,
+}
+
+impl FreeMap {
+    /// A map of `segments` segments of `segment_words` × 64 slots each; a segment's bits are
+    /// allocated when a slot of it is first put.
+    pub(crate) fn new(segments: usize, segment_words: usize) -> Self {
+        FreeMap {
+            segments: (0..segments).map(|_| OnceLock::new()).collect(),
+            segment_words,
+            cursor: CachePadded::new(AtomicUsize::new(0)),
+            free: CachePadded::new(AtomicU64::new(0)),
+            segments_used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes the map takes before any slot is put.
+    pub(crate) fn directory_bytes(segments: usize) -> usize {
+        segments * std::mem::size_of::<OnceLock<Box<SegmentBits>>>()
+    }
+
+    fn slots_per_segment(&self) -> usize {
+        self.segment_words * 64
+    }
+
+    /// The bits of `segment`, made on first use.
+    fn bits(&self, segment: usize) -> &SegmentBits {
+        self.segments[segment].get_or_init(|| {
+            self.segments_used.fetch_max(segment + 1, Ordering::AcqRel);
+            Box::new(SegmentBits::new(self.segment_words))
+        })
+    }
+
+    /// Makes `segment`'s bits now (loom models: no thread then blocks in `OnceLock`).
+    #[cfg(all(test, loom))]
+    fn prepare(&self, segment: usize) {
+        self.bits(segment);
+    }
+
+    /// About how many slots are free here (see the module doc).
+    pub(crate) fn free(&self) -> usize {
+        let free = self.free.load(Ordering::Relaxed) as i64;
+        free.max(0) as usize
+    }
+
+    /// Marks `slots` free. Each must be one a thread held (claimed, not yet in the map).
+    pub(crate) fn put(&self, slots: &[u32]) {
+        let per_segment = self.slots_per_segment();
+        let word_of = |slot: usize| &self.bits(slot / per_segment).words[slot % per_segment / 64];
+        for (i, &slot) in slots.iter().enumerate() {
+            if let Some(&ahead) = slots.get(i + PUT_AHEAD) {
+                prefetch(word_of(ahead as usize));
+            }
+            let slot = slot as usize;
+            let bits = self.bits(slot / per_segment);
+            let word = slot % per_segment / 64;
+            let before = bits.words[word].fetch_or(1 << (slot % 64), Ordering::AcqRel);
+            if before == 0 {
+                bits.summary[word / 64].fetch_or(1 << (word % 64), Ordering::AcqRel);
+            }
+        }
+        self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Takes whole words of free slots, in address order from where the last sweep stopped,
+    /// until at least `want` are taken or a lap found no more; appends them to `out` highest
+    /// first (a cache pops from its end, so they are claimed lowest first). Returns how many.
+    pub(crate) fn take(&self, want: usize, out: &mut Vec<u32>) -> usize {
+        let start_len = out.len();
+        let segments = self.segments_used.load(Ordering::Acquire);
+        let per_segment_summary = self.segment_words.div_ceil(64);
+        let laps = segments * per_segment_summary;
+        if laps == 0 {
+            return 0;
+        }
+        let first = self.cursor.load(Ordering::Relaxed) % laps;
+        let mut at = first;
+        for _ in 0..=laps {
+            let (segment, index) = (at / per_segment_summary, at % per_segment_summary);
+            if let Some(bits) = self.segments[segment].get() {
+                let base = segment * self.slots_per_segment() + index * 64 * 64;
+                if self.take_under(bits, index, base, want.saturating_add(start_len), out) {
+                    break;
+                }
+            }
+            at = (at + 1) % laps;
+        }
+        self.cursor.store(at, Ordering::Relaxed);
+        let taken = out.len() - start_len;
+        self.free.fetch_sub(taken as u64, Ordering::Relaxed);
+        out[start_len..].reverse();
+        taken
+    }
+
+    /// Takes the words under summary word `index` of `bits` (slot `base` is its first) into
+    /// `out`, lowest first, until `out` holds `until`; returns whether it does.
+    fn take_under(
+        &self,
+        bits: &SegmentBits,
+        index: usize,
+        base: usize,
+        until: usize,
+        out: &mut Vec<u32>,
+    ) -> bool {
+        let summary = &bits.summary[index];
+        let mut marked = summary.load(Ordering::Acquire);
+        while marked != 0 {
+            let k = marked.trailing_zeros() as usize;
+            marked &= marked - 1;
+            summary.fetch_and(!(1 << k), Ordering::AcqRel);
+            let mut free = bits.words[index * 64 + k].swap(0, Ordering::AcqRel);
+            let word_base = base + k * 64;
+            while free != 0 {
+                out.push((word_base + free.trailing_zeros() as usize) as u32);
+                free &= free - 1;
+            }
+            if out.len() >= until {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A map of two segments of 4 words (256 slots) each.
+    fn small() -> FreeMap {
+        FreeMap::new(2, 4)
+    }
+
+    #[test]
+    fn slots_come_back_in_address_order_whatever_order_they_went_in() {
+        let map = small();
+        let slots = [300u32, 5, 257, 64, 6, 511, 0];
+        map.put(&slots);
+        assert_eq!(map.free(), slots.len());
+        let mut out = Vec::new();
+        assert_eq!(map.take(100, &mut out), slots.len());
+        assert_eq!(
+            out,
+            [511, 300, 257, 64, 6, 5, 0],
+            "highest first, so claimed lowest first"
+        );
+        assert_eq!(map.free(), 0);
+        assert_eq!(map.take(100, &mut out), 0, "each slot once");
+    }
+
+    #[test]
+    fn a_take_stops_after_the_word_that_reaches_what_it_wants_and_the_next_goes_on_from_there() {
+        let map = small();
+        let slots: Vec<u32> = (0..512).collect();
+        map.put(&slots);
+        let mut out = Vec::new();
+        assert_eq!(map.take(65, &mut out), 128, "whole words: two of them");
+        assert_eq!(out.last(), Some(&0));
+        let mut next = Vec::new();
+        map.take(1, &mut next);
+        assert_eq!(
+            next,
+            (128..192).rev().collect::<Vec<_>>(),
+            "the next word up"
+        );
+        map.put(&[3]);
+        let mut rest = Vec::new();
+        map.take(1000, &mut rest);
+        assert_eq!(rest.len(), 512 - 192 + 1, "the rest, and the slot put back");
+        assert!(rest.windows(2).all(|w| w[0] > w[1]), "in address order");
+    }
+
+    #[test]
+    fn an_empty_map_takes_nothing() {
+        let mut out = vec![7];
+        assert_eq!(small().take(10, &mut out), 0);
+        assert_eq!(out, [7], "left as it was");
+    }
+
+    #[test]
+    fn only_segments_with_free_slots_get_bits() {
+        let map = small();
+        map.put(&[300]);
+        assert!(map.segments[0].get().is_none());
+        assert!(map.segments[1].get().is_some());
+    }
+
+    /// Threads put and take at random; every slot put is taken exactly once.
+    #[test]
+    fn concurrent_puts_and_takes_lose_no_slot_and_take_none_twice() {
+        use std::sync::Arc;
+        const SLOTS: u32 = 4096;
+        let map = Arc::new(FreeMap::new(4, 16));
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let map = Arc::clone(&map);
+                std::thread::spawn(move || {
+                    let mut taken = Vec::new();
+                    let mine: Vec<u32> = (0..SLOTS).filter(|s| s % 4 == t).collect();
+                    for chunk in mine.chunks(37) {
+                        map.put(chunk);
+                        map.take(50, &mut taken);
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let mut all: Vec<u32> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        map.take(usize::MAX - 1, &mut all);
+        all.sort_unstable();
+        assert_eq!(all, (0..SLOTS).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Two threads put slots of one word while a third takes: each slot ends up taken once,
+    /// by the racing take or by a take after everyone is done.
+    #[test]
+    fn loom_a_take_racing_puts_loses_no_slot() {
+        loom::model(|| {
+            let map = Arc::new(FreeMap::new(1, 2));
+            map.prepare(0);
+            let putters: Vec<_> = [[1u32, 2], [3, 70]]
+                .into_iter()
+                .map(|slots| {
+                    let map = Arc::clone(&map);
+                    loom::thread::spawn(move || map.put(&slots))
+                })
+                .collect();
+            let mut taken = Vec::new();
+            map.take(1, &mut taken);
+            for putter in putters {
+                putter.join().unwrap();
+            }
+            map.take(10, &mut taken);
+            taken.sort_unstable();
+            assert_eq!(taken, [1, 2, 3, 70]);
+        });
+    }
+}
