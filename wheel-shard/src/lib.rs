@@ -55,7 +55,8 @@
 //!   [`Config::max_pending`] is an exact global limit ([`ScheduleError::TooManyPending`]).
 //! - **No lock, no shared counter on the schedule path** (without `max_pending`): the shard is
 //!   chosen by hashing a per-thread sequence, the record comes from the thread's own cache of
-//!   free slots (a lock once per 256), the reference goes into a lock-free ring. The producer
+//!   free slots (refilled once per 256 from the shard's bitmap of free records, in address
+//!   order), the reference goes into a lock-free ring. The producer
 //!   writes the whole record, which it prefetched a few schedules earlier; the tick thread
 //!   never reads it, and the worker that runs the timer is the next to touch it.
 //! - **Idle means asleep.** A tick thread sleeps until its wheel's next due slot, forever when

@@ -1,6 +1,6 @@
 //! The atomics, locks and parking the concurrent parts use: `std`'s normally, loom's under
-//! `--cfg loom` so the models in `ring.rs`, `state.rs`, `wake.rs` and `idle.rs` explore every
-//! interleaving.
+//! `--cfg loom` so the models in `ring.rs`, `record.rs`, `free_map.rs`, `wake.rs`, `idle.rs`
+//! and `handout.rs` explore every interleaving.
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
