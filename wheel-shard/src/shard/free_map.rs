@@ -54,23 +54,6 @@ impl SegmentBits {
     }
 }
 
-/// How many slots ahead [`FreeMap::put`] starts loading a slot's word: slots that timers
-/// ended in random order land on words far apart, each a miss, which overlap this way.
-const PUT_AHEAD: usize = 8;
-
-/// Starts loading `word` into this core's cache (a hint: no fault, no effect).
-fn prefetch(word: &AtomicU64) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch never faults and changes no memory. SSE is part of the x86_64
-        // baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const AtomicU64).cast()) };
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = word;
-}
-
 pub(crate) struct FreeMap {
     segments: Box<[OnceLock<Box<SegmentBits>>]>,
     /// Words of 64 slots per segment.
@@ -128,11 +111,7 @@ impl FreeMap {
     /// Marks `slots` free. Each must be one a thread held (claimed, not yet in the map).
     pub(crate) fn put(&self, slots: &[u32]) {
         let per_segment = self.slots_per_segment();
-        let word_of = |slot: usize| &self.bits(slot / per_segment).words[slot % per_segment / 64];
-        for (i, &slot) in slots.iter().enumerate() {
-            if let Some(&ahead) = slots.get(i + PUT_AHEAD) {
-                prefetch(word_of(ahead as usize));
-            }
+        for &slot in slots {
             let slot = slot as usize;
             let bits = self.bits(slot / per_segment);
             let word = slot % per_segment / 64;
