@@ -8,6 +8,8 @@
 //! were due, in 5 ms windows from the start of the round, beside how long the scheduling burst
 //! took: a tail of scattered single windows is the host's or the guest's scheduling, a tail
 //! packed into a few windows is one event of the service's (docs/performance.md has one).
+//! Each window also counts its timers that were due within 20 ms of being scheduled: many of
+//! them means references that waited in a full pending ring past their deadline.
 //!
 //! ```text
 //! cargo run --release -p wheel-bench --example late_timers -- [TIMERS] [SPREAD_MS] [CAPACITY]
@@ -35,6 +37,9 @@ static ORIGIN: OnceLock<Instant> = OnceLock::new();
 const CLOCK_EVERY: usize = 64;
 /// The width of a due-time window in the report.
 const WINDOW_NS: u64 = 5_000_000;
+/// A delay this short can outlast a wait in a full pending ring: a tail of such timers is
+/// references that reached the wheel after they were due, not late expiries.
+const SHORT_DELAY_NS: u64 = 20_000_000;
 /// A timer this much early would be a bug; its lateness is stored as this marker.
 const EARLY: u32 = u32::MAX;
 
@@ -66,14 +71,15 @@ impl Delays {
 }
 
 /// Schedules `timers` timers from this thread, due after delays uniform over `spread_ns`;
-/// returns their due times (nanoseconds after `origin`) when `recorded`.
+/// returns, when `recorded`, each one's due time and its delay (when it was due after its
+/// schedule call's clock read), in nanoseconds.
 fn schedule_all(
     service: &TimerService,
     timers: usize,
     spread_ns: u64,
     origin: Instant,
     recorded: bool,
-) -> Vec<u64> {
+) -> Vec<(u64, u64)> {
     let mut delays = Delays(0x1234_5678_9abc_def0);
     let mut due = Vec::with_capacity(if recorded { timers } else { 0 });
     let mut now_ns = 0;
@@ -81,10 +87,11 @@ fn schedule_all(
         if index % CLOCK_EVERY == 0 {
             now_ns = origin.elapsed().as_nanos() as u64;
         }
-        let due_ns = now_ns + delays.next_below(spread_ns);
+        let delay_ns = delays.next_below(spread_ns);
+        let due_ns = now_ns + delay_ns;
         let at = origin + Duration::from_nanos(due_ns);
         let scheduled = if recorded {
-            due.push(due_ns);
+            due.push((due_ns, delay_ns));
             service.schedule_at(at, move || record(index, due_ns))
         } else {
             service.schedule_at(at, || {})
@@ -132,20 +139,20 @@ fn main() {
     std::thread::sleep(Duration::from_millis(100));
 
     let late = LATE_US.get().expect("set");
-    let mut samples: Vec<(u32, u64)> = Vec::with_capacity(timers);
+    let mut samples: Vec<(u32, u64, u64)> = Vec::with_capacity(timers);
     let (mut early, mut missing) = (0, 0);
-    for (slot, &due_ns) in late.iter().zip(&due) {
+    for (slot, &(due_ns, delay_ns)) in late.iter().zip(&due) {
         match slot.load(Ordering::Relaxed) {
             0 => missing += 1,
             EARLY => early += 1,
-            late_us => samples.push((late_us - 1, due_ns)),
+            late_us => samples.push((late_us - 1, due_ns, delay_ns)),
         }
     }
     if samples.is_empty() {
         eprintln!("no timer ran");
         std::process::exit(1);
     }
-    samples.sort_unstable_by_key(|&(late_us, _)| std::cmp::Reverse(late_us));
+    samples.sort_unstable_by_key(|&(late_us, _, _)| std::cmp::Reverse(late_us));
     let tail = (samples.len() / 10_000).max(1);
     println!(
         "{timers} timers over {} ms, capacity {capacity}: the burst took {burst:?}; \
@@ -154,16 +161,23 @@ fn main() {
         samples[tail - 1].0,
         samples[0].0
     );
-    let mut windows: BTreeMap<u64, (usize, u32)> = BTreeMap::new();
-    for &(late_us, due_ns) in &samples[..tail] {
+    let mut windows: BTreeMap<u64, (usize, u32, usize)> = BTreeMap::new();
+    for &(late_us, due_ns, delay_ns) in &samples[..tail] {
         let window = windows.entry(due_ns / WINDOW_NS).or_default();
         window.0 += 1;
         window.1 = window.1.max(late_us);
+        if delay_ns < SHORT_DELAY_NS {
+            window.2 += 1;
+        }
     }
-    println!("the latest {tail} by when they were due (window: timers, the latest):");
-    for (window, (count, latest)) in windows {
+    println!(
+        "the latest {tail} by when they were due (window: timers, the latest, \
+         how many were due within {} ms of their schedule call):",
+        SHORT_DELAY_NS / 1_000_000
+    );
+    for (window, (count, latest, short)) in windows {
         println!(
-            "  {:>6} ms: {count:>5}, {latest} µs",
+            "  {:>6} ms: {count:>5}, {latest} µs, {short} short",
             window * WINDOW_NS / 1_000_000
         );
     }
