@@ -331,7 +331,7 @@ impl TimerService {
     /// handed back.
     pub fn pending(&self) -> usize {
         let core = self.core();
-        let scheduled: u64 = core.shards.iter().map(|s| s.ring.pushed()).sum();
+        let scheduled: u64 = core.shards.iter().map(|s| s.pushed()).sum();
         let cancelled: u64 = core
             .shards
             .iter()
@@ -347,7 +347,7 @@ impl TimerService {
         let shards = core.shards.iter();
         let distributions = core.executor.distributions();
         Stats {
-            scheduled: shards.clone().map(|s| s.ring.pushed()).sum(),
+            scheduled: shards.clone().map(|s| s.pushed()).sum(),
             fired: core.executor.fired(),
             cancelled: shards
                 .clone()
@@ -366,7 +366,7 @@ impl TimerService {
                 .clone()
                 .map(|s| s.ring_full.load(Ordering::Relaxed))
                 .sum(),
-            ring_depths: shards.map(|s| s.ring.len()).collect(),
+            ring_depths: shards.map(|s| s.queued()).collect(),
             executor_queue: core.executor.queued(),
             lateness: Lateness::from_histogram(distributions.lateness),
             callback_time: Lateness::from_histogram(distributions.callback_time),
@@ -430,7 +430,7 @@ impl Handle {
         let core = &self.core;
         core.closed.store(true, Ordering::SeqCst);
         for shard in core.shards.iter() {
-            shard.ring.close();
+            shard.close_rings();
             shard.stop.store(true, Ordering::SeqCst);
             shard.wake();
         }

@@ -207,7 +207,8 @@ impl Config {
     /// config (the records and wheel places for `capacity` written at once, so they are
     /// resident from the start; the rings and histograms zeroed, resident as they are used):
     ///
-    /// - per shard, its ring: `ring_capacity` (rounded up to a power of two) × 24 bytes;
+    /// - per shard, its rings: `ring_capacity` (rounded up to a power of two) × 24 bytes, and
+    ///   24 KiB for new timers due soon;
     /// - per shard, its share of `capacity` (`capacity / shards`, rounded up): a timer record
     ///   of 48 bytes per slot, and a wheel place of 8 bytes per timer in whole chunks (126 to
     ///   a 1 KiB chunk), with room for partly filled ones — about 56 bytes a timer;

@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::executor::{Executor, Run};
 use crate::memory;
-use crate::shard::{PendingRing, Shard};
+use crate::shard::{PendingRing, Shard, URGENT_CAPACITY};
 use crate::Config;
 
 pub(crate) struct Core {
@@ -126,9 +126,16 @@ impl Core {
         let limit = PendingLimit::new(config.max_pending);
         let shards = (0..config.shards)
             .map(|i| {
-                let ring = PendingRing::try_new(config.ring_capacity)
-                    .map_err(|_| memory::refused(&config, "ring_capacity"))?;
-                Ok(Shard::new(i, ring))
+                let ring = |capacity| {
+                    PendingRing::try_new(capacity)
+                        .map_err(|_| memory::refused(&config, "ring_capacity"))
+                };
+                Ok(Shard::new(
+                    i,
+                    config.tick,
+                    ring(config.ring_capacity)?,
+                    ring(URGENT_CAPACITY)?,
+                ))
             })
             .collect::<Result<_, ConfigError>>()?;
         let (executor, locals) =

@@ -177,7 +177,7 @@ impl ManualClock {
                 && core
                     .shards
                     .iter()
-                    .all(|shard| shard.ring.is_empty() && shard.notices.is_empty());
+                    .all(|shard| shard.rings_empty() && shard.notices.is_empty());
             if quiet {
                 return;
             }

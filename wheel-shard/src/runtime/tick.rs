@@ -1,6 +1,7 @@
 //! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
 //!
-//! Each pass: move a chunk of new references from the ring into the wheel, place every notice's
+//! Each pass: move a chunk of new references from the rings into the wheel (those due soon
+//! first: `Shard::push`), place every notice's
 //! reference, hand due references to the executor, then sleep until the wheel's next due slot —
 //! or not at all while the ring still has work, or forever while the wheel is empty. Chunks are
 //! small, so a flood of new timers delays an expiry by a fraction of a millisecond; over one
@@ -111,12 +112,13 @@ impl<'a> TickLoop<'a> {
             // opened this round has seen all it queued (see `Settle`).
             let round = self.core.settle.round.load(Ordering::SeqCst);
             let now = self.core.clock.now();
+            shard.set_tick_seen(now);
             let may_transfer = self.transfer(now);
             let placed = self.apply_notices();
             let cancelled = self.note_cancels();
             self.expire(now);
             let sweeping = self.compact();
-            let ring_waits = !shard.ring.is_empty();
+            let ring_waits = !shard.rings_empty();
             // Goes round again for commands it can take now. A cell a producer has claimed but
             // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
             // spinning for: the push ends with a nudge that wakes this thread if its timer is
@@ -126,7 +128,7 @@ impl<'a> TickLoop<'a> {
             let ring_ready = if manual {
                 ring_waits
             } else {
-                shard.ring.head_published()
+                shard.rings_published()
             };
             let next = self.wheel.next_expiration();
             if (ring_ready && may_transfer) || next.is_some_and(|t| t <= now) {
@@ -175,10 +177,11 @@ impl<'a> TickLoop<'a> {
             self.budget_left = self.batch;
         }
         let limit = self.budget_left.min(TRANSFER_CHUNK);
-        let ring = &self.shard.ring;
         let mut moved = 0;
         while moved < limit {
-            let Some(placement) = ring.pop() else { break };
+            let Some(placement) = self.shard.pop_new() else {
+                break;
+            };
             self.place(placement);
             moved += 1;
             if moved % ROOM_SIGNAL_EVERY == 0 {
@@ -284,7 +287,7 @@ impl<'a> TickLoop<'a> {
     /// as [`Unfired`]; stale references are dropped.
     fn hand_back(mut self) -> Vec<Unfired> {
         let shard = self.shard;
-        shard.ring.drain_closed(|placement| self.place(placement));
+        shard.drain_closed_rings(|placement| self.place(placement));
         self.apply_notices();
         let mut unfired = Vec::with_capacity(self.wheel.len());
         let timers: Vec<TimerRef> = self
@@ -344,7 +347,7 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<U
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::shard::Cancelled;
+    use crate::shard::{Cancelled, URGENT_CAPACITY};
     use crate::task::Task;
     use crate::Config;
 
@@ -357,6 +360,75 @@ mod tests {
         };
         let clock = crate::clock::Clock::new(config.tick);
         Core::new(config, clock).unwrap().0
+    }
+
+    /// Arms a record of `shard` for `deadline` and pushes its reference as `schedule` does.
+    fn push(shard: &Shard, deadline: u64) {
+        let slot = shard.table.claim().unwrap();
+        shard.table.record_of(slot).arm(deadline, Task::once(|| {}));
+        shard
+            .push(Placement { deadline, slot }, std::time::Duration::ZERO)
+            .unwrap();
+    }
+
+    #[test]
+    fn timers_due_soon_overtake_a_ring_full_of_later_ones() {
+        let core = core();
+        let shard = &core.shards[0];
+        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        let now = 1000;
+        shard.set_tick_seen(now);
+        for _ in 0..TRANSFER_CHUNK + 10 {
+            push(shard, now + 1_000_000);
+        }
+        let soon = now + crate::shard::urgent_ticks(core.config.tick);
+        push(shard, soon);
+        assert_eq!(shard.urgent.len(), 1, "due soon: the urgent ring");
+        assert_eq!(
+            shard.ring.len(),
+            TRANSFER_CHUNK + 10,
+            "the rest: the main ring"
+        );
+        tick.transfer(now);
+        assert_eq!(
+            shard.urgent.len(),
+            0,
+            "moved in the first transfer, though queued last"
+        );
+        assert_eq!(tick.wheel.len(), TRANSFER_CHUNK, "one chunk moved");
+        assert_eq!(shard.ring.len(), 11, "the main ring's last ones wait");
+    }
+
+    #[test]
+    fn a_full_urgent_ring_sends_timers_due_soon_to_the_main_ring() {
+        let core = core();
+        let shard = &core.shards[0];
+        shard.set_tick_seen(50);
+        for _ in 0..URGENT_CAPACITY + 3 {
+            push(shard, 60);
+        }
+        assert_eq!(shard.urgent.len(), URGENT_CAPACITY);
+        assert_eq!(shard.ring.len(), 3);
+        assert_eq!(shard.pushed(), URGENT_CAPACITY as u64 + 3);
+    }
+
+    #[test]
+    fn shutdown_hands_back_the_timers_in_both_rings() {
+        let core = core();
+        let shard = &core.shards[0];
+        let tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        shard.set_tick_seen(50);
+        push(shard, 60);
+        push(shard, 1_000_000);
+        assert_eq!((shard.urgent.len(), shard.ring.len()), (1, 1));
+        shard.close_rings();
+        let mut deadlines: Vec<_> = tick
+            .hand_back()
+            .iter()
+            .map(|unfired| core.clock.deadline_at(unfired.deadline))
+            .collect();
+        deadlines.sort_unstable();
+        assert_eq!(deadlines, [60, 1_000_000]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! [`Shard`]: the part of a shard that every thread shares — its pending ring, its notice
 //! queue, its table of timer records and the protocol that wakes its tick thread.
 //!
-//! Producers put new timers' references in the bounded ring. An earlier `reschedule`, a worker
+//! Producers put new timers' references in the bounded ring; one due within a few dozen
+//! milliseconds goes into a second, small ring that the tick thread empties first, so that it
+//! does not wait behind a burst's backlog (see [`Shard::push`]). An earlier `reschedule`, a worker
 //! that found a timer postponed and a worker re-arming a repeating timer leave a [`Notice`] in an
 //! unbounded queue instead: those calls have already decided their outcome on the timer's
 //! record, so they must not fail on a full ring, and their number is bounded by the timers that
@@ -97,9 +99,28 @@ impl Notice {
     }
 }
 
+/// Cells of a shard's ring for new timers due soon (see [`Shard::push`]): 24 KiB.
+pub(crate) const URGENT_CAPACITY: usize = 1024;
+
+/// A new timer due within this long of the tick thread's last pass goes to the ring for
+/// timers due soon: about as long as a reference can wait in a full ring during a burst.
+const URGENT_WITHIN: Duration = Duration::from_millis(32);
+
+/// [`URGENT_WITHIN`] in ticks of `tick`, rounded up: at least one.
+pub(crate) fn urgent_ticks(tick: Duration) -> u64 {
+    let ticks = URGENT_WITHIN.as_nanos().div_ceil(tick.as_nanos().max(1));
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+}
+
 pub(crate) struct Shard {
     pub(crate) index: usize,
     pub(crate) ring: PendingRing<Placement>,
+    /// New timers due within [`URGENT_WITHIN`]: the tick thread takes these first.
+    pub(crate) urgent: PendingRing<Placement>,
+    /// [`URGENT_WITHIN`] in ticks.
+    urgent_ticks: u64,
+    /// The tick of the tick thread's latest pass, which "due soon" counts from.
+    tick_seen: CachePadded<AtomicU64>,
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
     waker: TickWaker,
@@ -122,11 +143,20 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    /// Shard `index`, with its `ring` made by the caller (a fallible allocation).
-    pub(crate) fn new(index: usize, ring: PendingRing<Placement>) -> Self {
+    /// Shard `index` of a service ticking every `tick`, with its rings made by the caller
+    /// (fallible allocations): `ring` for new timers, `urgent` for new timers due soon.
+    pub(crate) fn new(
+        index: usize,
+        tick: Duration,
+        ring: PendingRing<Placement>,
+        urgent: PendingRing<Placement>,
+    ) -> Self {
         Shard {
             index,
             ring,
+            urgent,
+            urgent_ticks: urgent_ticks(tick),
+            tick_seen: CachePadded::new(AtomicU64::new(0)),
             notices: Injector::new(),
             table: TimerTable::new(),
             waker: TickWaker::new(),
@@ -153,10 +183,25 @@ impl Shard {
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
     /// instead of taking the freed cells first, so no producer starves under a burst.
     ///
+    /// A timer due within [`URGENT_WITHIN`] of the tick thread's latest pass goes into a small
+    /// ring of its own, which the tick thread takes before the main one: in a burst the main
+    /// ring can hold tens of thousands of references, milliseconds of the tick thread's work,
+    /// and a timer due sooner than that would otherwise reach the wheel late. When that ring
+    /// is full, the timer takes the main ring like any other.
+    ///
     /// Inlined into the caller for the common case, a ring with room and no one waiting; the
     /// rest is out of line.
     #[inline]
     pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
+        let timer = if self.due_soon(timer.deadline) {
+            match self.urgent.try_push(timer) {
+                Ok(_) => return Ok(()),
+                Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
+                Err(PushError::Full(timer)) => timer,
+            }
+        } else {
+            timer
+        };
         // A caller that does not wait takes a free cell even while others wait.
         if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
             return match self.ring.try_push(timer) {
@@ -173,6 +218,60 @@ impl Shard {
             };
         }
         self.wait_for_room(timer, timeout)
+    }
+
+    /// Whether a timer due at tick `deadline` is due soon (see [`Shard::push`]). The tick read
+    /// may be old (a sleeping tick thread publishes none): then fewer timers count as due soon,
+    /// and a sleeping thread has no backlog for them to wait behind.
+    #[inline]
+    fn due_soon(&self, deadline: u64) -> bool {
+        deadline
+            <= self
+                .tick_seen
+                .load(Ordering::Relaxed)
+                .saturating_add(self.urgent_ticks)
+    }
+
+    /// Tick thread: publishes the tick of the pass it begins (see [`Shard::due_soon`]).
+    pub(crate) fn set_tick_seen(&self, tick: u64) {
+        self.tick_seen.store(tick, Ordering::Relaxed);
+    }
+
+    /// Tick thread: the oldest new timer, from the ring for timers due soon first.
+    pub(crate) fn pop_new(&self) -> Option<Placement> {
+        self.urgent.pop().or_else(|| self.ring.pop())
+    }
+
+    /// Whether both rings of new timers are empty.
+    pub(crate) fn rings_empty(&self) -> bool {
+        self.urgent.is_empty() && self.ring.is_empty()
+    }
+
+    /// Tick thread: whether [`Shard::pop_new`] has a published timer to take.
+    pub(crate) fn rings_published(&self) -> bool {
+        self.urgent.head_published() || self.ring.head_published()
+    }
+
+    /// Refuses every later new timer (see [`PendingRing::close`]).
+    pub(crate) fn close_rings(&self) {
+        self.urgent.close();
+        self.ring.close();
+    }
+
+    /// Tick thread, after [`Shard::close_rings`]: takes every new timer still queued.
+    pub(crate) fn drain_closed_rings(&self, mut take: impl FnMut(Placement)) {
+        self.urgent.drain_closed(&mut take);
+        self.ring.drain_closed(take);
+    }
+
+    /// Every new timer ever queued.
+    pub(crate) fn pushed(&self) -> u64 {
+        self.urgent.pushed() + self.ring.pushed()
+    }
+
+    /// New timers queued now.
+    pub(crate) fn queued(&self) -> usize {
+        self.urgent.len() + self.ring.len()
     }
 
     /// [`Shard::push`] when the ring was full.
@@ -261,7 +360,7 @@ impl Shard {
     /// ring count only when `ring_matters` (not when this tick's transfer budget is spent).
     pub(crate) fn plan_sleep(&self, now: u64, tick: u64, ring_matters: bool) -> bool {
         self.waker.plan_sleep(now, tick, || {
-            (!ring_matters || self.ring.is_empty())
+            (!ring_matters || self.rings_empty())
                 && self.notices.is_empty()
                 && !self.stop.load(Ordering::SeqCst)
         })
