@@ -102,6 +102,11 @@ impl Notice {
 /// Cells of a shard's ring for new timers due soon (see [`Shard::push`]): 24 KiB.
 pub(crate) const URGENT_CAPACITY: usize = 1024;
 
+/// References in the main ring from which a timer due soon goes past them (see
+/// [`Shard::push`]): below this the backlog is a fraction of a millisecond of the tick
+/// thread's work.
+pub(crate) const URGENT_BACKLOG: u64 = 1024;
+
 /// A new timer due within this long of the tick thread's last pass goes to the ring for
 /// timers due soon: about as long as a reference can wait in a full ring during a burst.
 const URGENT_WITHIN: Duration = Duration::from_millis(32);
@@ -186,24 +191,21 @@ impl Shard {
     /// A timer due within [`URGENT_WITHIN`] of the tick thread's latest pass goes into a small
     /// ring of its own, which the tick thread takes before the main one: in a burst the main
     /// ring can hold tens of thousands of references, milliseconds of the tick thread's work,
-    /// and a timer due sooner than that would otherwise reach the wheel late. When that ring
-    /// is full, the timer takes the main ring like any other.
+    /// and a timer due sooner than that would otherwise reach the wheel late. It is a way past
+    /// a backlog, not more room: the small ring is used only while the main one holds at
+    /// least [`URGENT_BACKLOG`] references and has room, so a small or empty main ring, a full
+    /// one and the producers waiting for room behave exactly as without it. When the small
+    /// ring is full, the timer takes the main ring like any other.
     ///
     /// Inlined into the caller for the common case, a ring with room and no one waiting; the
     /// rest is out of line.
     #[inline]
     pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
-        let timer = if self.due_soon(timer.deadline) {
-            match self.urgent.try_push(timer) {
-                Ok(_) => return Ok(()),
-                Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
-                Err(PushError::Full(timer)) => timer,
-            }
-        } else {
-            timer
-        };
         // A caller that does not wait takes a free cell even while others wait.
         if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
+            let Some(timer) = self.push_past_backlog(timer)? else {
+                return Ok(());
+            };
             return match self.ring.try_push(timer) {
                 Ok(position) => {
                     if self.ring.half_full_after(position) {
@@ -230,6 +232,20 @@ impl Shard {
                 .tick_seen
                 .load(Ordering::Relaxed)
                 .saturating_add(self.urgent_ticks)
+    }
+
+    /// Puts `timer` into the ring for timers due soon when it is due soon and the main ring
+    /// has a backlog and room (see [`Shard::push`]); otherwise gives it back.
+    #[inline]
+    fn push_past_backlog(&self, timer: Placement) -> Result<Option<Placement>, ScheduleError> {
+        if !self.due_soon(timer.deadline) || !self.ring.backlog_with_room(URGENT_BACKLOG) {
+            return Ok(Some(timer));
+        }
+        match self.urgent.try_push(timer) {
+            Ok(_) => Ok(None),
+            Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
+            Err(PushError::Full(timer)) => Ok(Some(timer)),
+        }
     }
 
     /// Tick thread: publishes the tick of the pass it begins (see [`Shard::due_soon`]).
@@ -298,7 +314,10 @@ impl Shard {
     fn push_waiting(&self, mut timer: Placement, give_up: Instant) -> Result<(), ScheduleError> {
         let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            timer = match self.ring.try_push(timer) {
+            let Some(unplaced) = self.push_past_backlog(timer)? else {
+                return Ok(());
+            };
+            timer = match self.ring.try_push(unplaced) {
                 Ok(_) => return Ok(()),
                 Err(PushError::Closed(_)) => return Err(ScheduleError::Shutdown),
                 Err(PushError::Full(timer)) => timer,

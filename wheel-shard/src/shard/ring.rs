@@ -177,6 +177,20 @@ impl<T> PendingRing<T> {
         self.pushed().saturating_sub(head) as usize
     }
 
+    /// Whether at least `backlog` values wait and a cell is free, as of a moment ago (a hint:
+    /// a concurrent push or pop changes it).
+    pub(crate) fn backlog_with_room(&self, backlog: u64) -> bool {
+        let tail = self.tail.load(Ordering::Relaxed) & !CLOSED;
+        let queued = tail.saturating_sub(self.head.load(Ordering::Relaxed));
+        queued >= backlog && queued < self.cells.len() as u64
+    }
+
+    /// Whether every cell holds a value not yet taken, as of a moment ago (a hint).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn is_full(&self) -> bool {
+        !self.backlog_with_room(0)
+    }
+
     /// Whether nothing is waiting. SeqCst so a tick thread that published its sleep plan sees
     /// every push that did not see the plan.
     pub(crate) fn is_empty(&self) -> bool {
