@@ -2,8 +2,8 @@
 //! queue, its table of timer records and the protocol that wakes its tick thread.
 //!
 //! Producers put new timers' references in the bounded ring; one due within a few dozen
-//! milliseconds goes into a second, small ring that the tick thread empties first, so that it
-//! does not wait behind a burst's backlog (see [`Shard::push`]). An earlier `reschedule`, a worker
+//! milliseconds, while that ring has a backlog, goes into a second, small ring that the tick
+//! thread empties first, so that it does not wait behind the backlog (see [`Shard::push`]). An earlier `reschedule`, a worker
 //! that found a timer postponed and a worker re-arming a repeating timer leave a [`Notice`] in an
 //! unbounded queue instead: those calls have already decided their outcome on the timer's
 //! record, so they must not fail on a full ring, and their number is bounded by the timers that
