@@ -1,10 +1,9 @@
 //! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
 //!
 //! Each pass: move a chunk of new references from the rings into the wheel (those due soon
-//! first: `Shard::push`), place every notice's
-//! reference, hand due references to the executor, then sleep until the wheel's next due slot —
-//! or not at all while the ring still has work, or forever while the wheel is empty. Chunks are
-//! small, so a flood of new timers delays an expiry by a fraction of a millisecond; over one
+//! first: `Shard::push`), place every notice's reference, hand due references to the
+//! executor, then sleep until the wheel's next due slot — or not at all while the rings still
+//! have work, or forever while the wheel is empty. Chunks are small, so a flood of new timers delays an expiry by a fraction of a millisecond; over one
 //! tick at most `transfer_batch` references move (Netty's rule), after which the ring waits for
 //! the next tick.
 //!
@@ -362,13 +361,17 @@ mod tests {
         Core::new(config, clock).unwrap().0
     }
 
-    /// Arms a record of `shard` for `deadline` and pushes its reference as `schedule` does.
-    fn push(shard: &Shard, deadline: u64) {
+    /// Arms a record of `shard` for `deadline` and pushes its reference as `try_schedule`
+    /// does.
+    fn try_push(shard: &Shard, deadline: u64) -> Result<(), crate::ScheduleError> {
         let slot = shard.table.claim().unwrap();
         shard.table.record_of(slot).arm(deadline, Task::once(|| {}));
-        shard
-            .push(Placement { deadline, slot }, std::time::Duration::ZERO)
-            .unwrap();
+        shard.push(Placement { deadline, slot }, std::time::Duration::ZERO)
+    }
+
+    /// [`try_push`] into a shard with room.
+    fn push(shard: &Shard, deadline: u64) {
+        try_push(shard, deadline).unwrap();
     }
 
     #[test]
@@ -407,11 +410,8 @@ mod tests {
         while !shard.ring.is_full() {
             push(shard, 1_000_000);
         }
-        let slot = shard.table.claim().unwrap();
-        shard.table.record_of(slot).arm(60, Task::once(|| {}));
-        let soon = Placement { deadline: 60, slot };
         assert_eq!(
-            shard.push(soon, std::time::Duration::ZERO),
+            try_push(shard, 60),
             Err(crate::ScheduleError::Saturated),
             "the small ring is a way past the backlog, not more room"
         );
@@ -430,7 +430,7 @@ mod tests {
         let core = core();
         let shard = &core.shards[0];
         shard.set_tick_seen(50);
-        fill_main_ring(shard, URGENT_BACKLOG as usize - 1);
+        fill_main_ring(shard, URGENT_BACKLOG - 1);
         push(shard, 60);
         assert_eq!(shard.urgent.len(), 0, "a backlog too short to go past");
         push(shard, 60);
@@ -442,15 +442,15 @@ mod tests {
         let core = core();
         let shard = &core.shards[0];
         shard.set_tick_seen(50);
-        fill_main_ring(shard, URGENT_BACKLOG as usize);
+        fill_main_ring(shard, URGENT_BACKLOG);
         for _ in 0..URGENT_CAPACITY + 3 {
             push(shard, 60);
         }
         assert_eq!(shard.urgent.len(), URGENT_CAPACITY);
-        assert_eq!(shard.ring.len(), URGENT_BACKLOG as usize + 3);
+        assert_eq!(shard.ring.len(), URGENT_BACKLOG + 3);
         assert_eq!(
             shard.pushed(),
-            (URGENT_BACKLOG + URGENT_CAPACITY as u64 + 3)
+            (URGENT_BACKLOG + URGENT_CAPACITY + 3) as u64
         );
     }
 
@@ -460,7 +460,7 @@ mod tests {
         let shard = &core.shards[0];
         let tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
         shard.set_tick_seen(50);
-        fill_main_ring(shard, URGENT_BACKLOG as usize);
+        fill_main_ring(shard, URGENT_BACKLOG);
         push(shard, 60);
         assert_eq!(shard.urgent.len(), 1);
         shard.close_rings();
@@ -469,7 +469,7 @@ mod tests {
             .iter()
             .map(|unfired| core.clock.deadline_at(unfired.deadline))
             .collect();
-        assert_eq!(deadlines.len(), URGENT_BACKLOG as usize + 1, "nothing lost");
+        assert_eq!(deadlines.len(), URGENT_BACKLOG + 1, "nothing lost");
         assert_eq!(deadlines.iter().filter(|&&d| d == 60).count(), 1);
     }
 

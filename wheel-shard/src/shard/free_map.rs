@@ -52,6 +52,39 @@ impl SegmentBits {
             summary: zeros(words.div_ceil(64)),
         }
     }
+
+    /// Marks the slot at `offset` in this segment free: its bit, then its word's summary bit
+    /// if the word was zero.
+    fn put(&self, offset: usize) {
+        let word = offset / 64;
+        let before = self.words[word].fetch_or(1 << (offset % 64), Ordering::AcqRel);
+        if before == 0 {
+            self.summary[word / 64].fetch_or(1 << (word % 64), Ordering::AcqRel);
+        }
+    }
+
+    /// Takes the words under summary word `index` (slot `base` is its first) into `out`,
+    /// lowest first, until `out` holds `until`; returns whether it does. Each word's summary
+    /// bit is cleared before the word is swapped with zero.
+    fn take_under(&self, index: usize, base: usize, until: usize, out: &mut Vec<u32>) -> bool {
+        let summary = &self.summary[index];
+        let mut marked = summary.load(Ordering::Acquire);
+        while marked != 0 {
+            let k = marked.trailing_zeros() as usize;
+            marked &= marked - 1;
+            summary.fetch_and(!(1 << k), Ordering::AcqRel);
+            let mut free = self.words[index * 64 + k].swap(0, Ordering::AcqRel);
+            let word_base = base + k * 64;
+            while free != 0 {
+                out.push((word_base + free.trailing_zeros() as usize) as u32);
+                free &= free - 1;
+            }
+            if out.len() >= until {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 pub(crate) struct FreeMap {
@@ -113,12 +146,7 @@ impl FreeMap {
         let per_segment = self.slots_per_segment();
         for &slot in slots {
             let slot = slot as usize;
-            let bits = self.bits(slot / per_segment);
-            let word = slot % per_segment / 64;
-            let before = bits.words[word].fetch_or(1 << (slot % 64), Ordering::AcqRel);
-            if before == 0 {
-                bits.summary[word / 64].fetch_or(1 << (word % 64), Ordering::AcqRel);
-            }
+            self.bits(slot / per_segment).put(slot % per_segment);
         }
         self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
     }
@@ -134,13 +162,14 @@ impl FreeMap {
         if laps == 0 {
             return 0;
         }
-        let first = self.cursor.load(Ordering::Relaxed) % laps;
-        let mut at = first;
+        let until = want.saturating_add(start_len);
+        let mut at = self.cursor.load(Ordering::Relaxed) % laps;
+        // One summary word more than a lap: the first again, for bits put behind the sweep.
         for _ in 0..=laps {
             let (segment, index) = (at / per_segment_summary, at % per_segment_summary);
             if let Some(bits) = self.segments[segment].get() {
                 let base = segment * self.slots_per_segment() + index * 64 * 64;
-                if self.take_under(bits, index, base, want.saturating_add(start_len), out) {
+                if bits.take_under(index, base, until, out) {
                     break;
                 }
             }
@@ -151,35 +180,6 @@ impl FreeMap {
         self.free.fetch_sub(taken as u64, Ordering::Relaxed);
         out[start_len..].reverse();
         taken
-    }
-
-    /// Takes the words under summary word `index` of `bits` (slot `base` is its first) into
-    /// `out`, lowest first, until `out` holds `until`; returns whether it does.
-    fn take_under(
-        &self,
-        bits: &SegmentBits,
-        index: usize,
-        base: usize,
-        until: usize,
-        out: &mut Vec<u32>,
-    ) -> bool {
-        let summary = &bits.summary[index];
-        let mut marked = summary.load(Ordering::Acquire);
-        while marked != 0 {
-            let k = marked.trailing_zeros() as usize;
-            marked &= marked - 1;
-            summary.fetch_and(!(1 << k), Ordering::AcqRel);
-            let mut free = bits.words[index * 64 + k].swap(0, Ordering::AcqRel);
-            let word_base = base + k * 64;
-            while free != 0 {
-                out.push((word_base + free.trailing_zeros() as usize) as u32);
-                free &= free - 1;
-            }
-            if out.len() >= until {
-                return true;
-            }
-        }
-        false
     }
 }
 

@@ -3,11 +3,11 @@
 //!
 //! Producers put new timers' references in the bounded ring; one due within a few dozen
 //! milliseconds, while that ring has a backlog, goes into a second, small ring that the tick
-//! thread empties first, so that it does not wait behind the backlog (see [`Shard::push`]). An earlier `reschedule`, a worker
-//! that found a timer postponed and a worker re-arming a repeating timer leave a [`Notice`] in an
-//! unbounded queue instead: those calls have already decided their outcome on the timer's
-//! record, so they must not fail on a full ring, and their number is bounded by the timers that
-//! exist. A `cancel` leaves nothing: it ends the timer on its record, and the reference left in
+//! thread empties first, so that it does not wait behind the backlog (see [`Shard::push`]).
+//! An earlier `reschedule`, a worker that found a timer postponed and a worker re-arming a
+//! repeating timer leave a [`Notice`] in an unbounded queue instead: those calls have already
+//! decided their outcome on the timer's record, so they must not fail on a full ring, and
+//! their number is bounded by the timers that exist. A `cancel` leaves nothing: it ends the timer on its record, and the reference left in
 //! the wheel is stale; it only counts (`cancelled`), so the tick thread knows when to compact.
 //!
 //! The tick thread publishes the tick it plans to wake at (`wake_at`) before it sleeps, then
@@ -105,7 +105,7 @@ pub(crate) const URGENT_CAPACITY: usize = 1024;
 /// References in the main ring from which a timer due soon goes past them (see
 /// [`Shard::push`]): below this the backlog is a fraction of a millisecond of the tick
 /// thread's work.
-pub(crate) const URGENT_BACKLOG: u64 = 1024;
+pub(crate) const URGENT_BACKLOG: usize = 1024;
 
 /// A new timer due within this long of the tick thread's last pass goes to the ring for
 /// timers due soon: about as long as a reference can wait in a full ring during a burst.

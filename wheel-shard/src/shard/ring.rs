@@ -179,10 +179,9 @@ impl<T> PendingRing<T> {
 
     /// Whether at least `backlog` values wait and a cell is free, as of a moment ago (a hint:
     /// a concurrent push or pop changes it).
-    pub(crate) fn backlog_with_room(&self, backlog: u64) -> bool {
-        let tail = self.tail.load(Ordering::Relaxed) & !CLOSED;
-        let queued = tail.saturating_sub(self.head.load(Ordering::Relaxed));
-        queued >= backlog && queued < self.cells.len() as u64
+    pub(crate) fn backlog_with_room(&self, backlog: usize) -> bool {
+        let queued = self.len();
+        queued >= backlog && queued < self.cells.len()
     }
 
     /// Whether every cell holds a value not yet taken, as of a moment ago (a hint).

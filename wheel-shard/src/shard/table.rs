@@ -656,6 +656,15 @@ mod tests {
         assert_eq!(table.high_water(), high, "no fresh slot needed");
     }
 
+    /// Ends the timers of `slots` on a thread of its own, which ends with them: its cache
+    /// overflows into the map, and what is left goes there when the thread ends.
+    fn release_elsewhere(table: &Arc<TimerTable>, slots: Vec<u32>) {
+        let table = Arc::clone(table);
+        std::thread::spawn(move || slots.into_iter().for_each(|slot| table.release(slot)))
+            .join()
+            .unwrap();
+    }
+
     /// Slots that timers ended in another thread, in whatever order, come back out in
     /// address order: each once, no fresh slot needed, and the claiming cache's buffer never
     /// grows.
@@ -671,12 +680,7 @@ mod tests {
             x ^= x << 17;
             shuffled.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        {
-            let table = Arc::clone(&table);
-            std::thread::spawn(move || shuffled.into_iter().for_each(|slot| table.release(slot)))
-                .join()
-                .unwrap();
-        }
+        release_elsewhere(&table, shuffled);
         let high = table.high_water();
         // This thread's cache still holds the slots its last refill brought; then the map's.
         let left = (high as usize) - claimed.len();
@@ -707,20 +711,15 @@ mod tests {
         let table = Arc::new(TimerTable::with_limit(2 * BATCH as u32));
         let claimed: Vec<u32> = (0..2 * BATCH).map(|_| table.claim().unwrap()).collect();
         assert_eq!(table.claim(), Err(TableFull));
-        {
-            let table = Arc::clone(&table);
-            let few = claimed[..3].to_vec();
-            std::thread::spawn(move || few.into_iter().for_each(|slot| table.release(slot)))
-                .join()
-                .unwrap();
-        }
+        release_elsewhere(&table, claimed[..3].to_vec());
         assert_eq!(table.stored(), 3);
         let again: Vec<u32> = (0..3).map(|_| table.claim().unwrap()).collect();
         assert_eq!(again, [0, 1, 2]);
         assert_eq!(table.claim(), Err(TableFull));
     }
 
-    /// Threads claim and release at random, handing slots to one another through the map: no slot is ever held by two at once, and none is lost.
+    /// Threads claim and release at random, handing slots to one another through the map: no
+    /// slot is ever held by two at once, and none is lost.
     #[test]
     fn concurrent_claims_and_releases_never_share_a_slot() {
         use std::sync::atomic::AtomicBool;
