@@ -136,11 +136,11 @@ pub struct Options {
     /// so their memory is warm as a long-running service's is; 0 measures them cold.
     #[arg(long, default_value_t = 1)]
     pub warmup_rounds: u32,
-    /// The host stall probe (on or off): a thread that reads the clock in a tight loop during
-    /// each measured round, so the report tells the VM's stalls from the service's lateness.
-    /// Off by default: on a 2-core VM it changes the figures it sits beside (wheel's tick
-    /// threads' CPU per timer reads a tenth to a third lower; see report.md, "How it is
-    /// measured").
+    /// The host stall probe (on or off): a thread per vCPU that wakes every 250 µs during each
+    /// measured round and notes how late, so the report tells the VM's stalls from the
+    /// service's lateness.
+    /// Off by default: its wake-ups take a little of the service's CPU, which shows in the
+    /// p99 beside it (see report.md, "How it is measured").
     #[arg(
         long,
         value_name = "on|off",

@@ -76,12 +76,52 @@ pub fn this_thread_cpu_ns() -> Option<u64> {
     (status == 0).then(|| now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
 }
 
-/// The calling thread's `schedstat`: CPU time and time spent runnable but waiting for a CPU
-/// (the guest kernel ran another thread), both in ns.
-pub fn this_thread_schedstat() -> Option<(u64, u64)> {
-    let text = fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let mut fields = text.split_whitespace().map(|v| v.parse::<u64>().ok());
-    Some((fields.next()??, fields.next()??))
+/// The calling thread's `schedstat`, kept open so that each read is one `pread`: the watchers
+/// of the stall probe read it at every wake-up.
+pub struct ThreadSchedstat {
+    file: Option<fs::File>,
+}
+
+impl ThreadSchedstat {
+    /// Opens the calling thread's file (`/proc/thread-self` names the thread that opens it,
+    /// whichever thread reads it later).
+    pub fn open() -> ThreadSchedstat {
+        ThreadSchedstat {
+            file: fs::File::open("/proc/thread-self/schedstat").ok(),
+        }
+    }
+
+    /// CPU time and time spent runnable but waiting for a CPU (the guest kernel ran another
+    /// thread), both in ns; `None` where the file cannot be read.
+    pub fn read(&mut self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let len = self.file.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..len]).ok()?;
+        let mut fields = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+        Some((fields.next()??, fields.next()??))
+    }
+
+    /// The run-queue wait so far (0 where it cannot be read: every late wake-up then counts
+    /// as a stall).
+    pub fn wait_ns(&mut self) -> u64 {
+        self.read().map_or(0, |(_, wait)| wait)
+    }
+}
+
+/// The CPUs this process may run on (its affinity mask; CPU 0 alone where it cannot be read).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bit set the kernel fills within the size given; pid 0 is the
+    // calling thread, and CPU_ISSET reads within the set's size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    }
 }
 
 /// Steal time of all CPUs together so far (ns): time the hypervisor ran something else while
@@ -176,8 +216,18 @@ mod tests {
         }
         let after = this_thread_cpu_ns().unwrap();
         assert!(after - before >= 10_000_000, "{before} -> {after}");
-        let (run, _wait) = this_thread_schedstat().unwrap();
+        let mut schedstat = ThreadSchedstat::open();
+        let (run, _wait) = schedstat.read().unwrap();
         assert!(run > 0);
+        // The file stays open and reads afresh: this thread's CPU time moves on.
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::black_box(0u64);
+        }
+        std::thread::yield_now();
+        let (later, _) = schedstat.read().unwrap();
+        assert!(later > run, "{run} -> {later}");
+        assert!(!allowed_cpus().is_empty());
         // Steal time is a machine figure: present on Linux, possibly zero.
         assert!(steal_ns().is_some());
     }

@@ -1,23 +1,29 @@
-//! The host stall probe: a thread that reads the monotonic clock in a tight loop while a round
-//! is measured and reports the gaps between two reads.
+//! The host stall probe: one watcher thread per vCPU that sleeps to every 250 µs boundary while
+//! a round is measured and notes how late its timer woke it.
 //!
 //! On a VM the hypervisor stops a vCPU now and then (on this project's VM for up to 7–8 ms, a
 //! few times a second). Every thread on that vCPU stops with it, so a timer service's callbacks
-//! start late by as much, through no fault of the service. A gap the probe sees is either such
-//! a host stall or the guest kernel running another thread on the probe's CPU (on a 2-core
-//! machine under the bench's own load, often). The probe tells them apart by its own
-//! `schedstat` wait time: a gap spent waiting on the guest's run queue is the guest's doing;
-//! the rest of the gap, the vCPU was not running at all.
+//! start late by as much, through no fault of the service. A watcher pinned to a vCPU asks for
+//! a timer interrupt every 250 µs; a wake-up is late either because the interrupt itself came
+//! late (the vCPU was not running: the host stopped it, or the guest kernel held interrupts
+//! off) or because the guest kernel ran other threads first. The watcher tells them apart by
+//! its own `schedstat` run-queue wait: the part of a late wake-up spent waiting for the CPU is
+//! the guest's scheduling, the rest is a stall of the vCPU.
 //!
-//! The probe runs under `SCHED_IDLE`: the guest kernel runs it only when its CPU has nothing
-//! else to run, and preempts it as soon as a thread of the bench or the service wakes there, so
-//! it takes only the time the service leaves idle. Even so it keeps a vCPU from ever going
-//! idle, which changes the figures beside it (report.md's "How it is measured" has the A/B),
-//! so it is off by default; `--stall-probe on` turns it on.
+//! Why sleeping watchers and not a thread that spins on the clock: a spinner sees a stall only
+//! while it runs. Under `SCHED_IDLE` it runs only on an idle CPU, so it is blind exactly when
+//! the bench keeps every vCPU busy (a scheduling burst); at normal priority it takes a CPU from
+//! the service. And a spinner keeps its vCPU from ever going idle, which on this project's VM
+//! brings on stalls of its own: with both vCPUs busy the host stops the VM for about 5 ms at a
+//! fixed phase of a 100 ms period (docs/performance.md, "tenth session"). A watcher wakes,
+//! reads the clock and its schedstat, and sleeps again: a few microseconds every 250 µs. A
+//! stall shorter than 250 µs can fall between two wake-ups, and a longer one reads up to 250
+//! µs short (the wake-up measures from the boundary, not from the stall's start): what the
+//! probe reports as the longest stall is a lower bound.
 //!
-//! Beside it a second thread, the sleeper, sleeps to every millisecond boundary at normal
-//! priority, as a timer service's threads do, and notes how late it wakes. A host stall delays
-//! it too, but so does the guest kernel when every CPU is busy with the bench's and the
+//! Beside the watchers a second thread, the sleeper, sleeps to every millisecond boundary at
+//! normal priority, as a timer service's threads do, and notes how late it wakes. A host stall
+//! delays it too, but so does the guest kernel when every CPU is busy with the bench's and the
 //! service's threads: its lateness is what any thread that sleeps until a deadline meets on
 //! this machine under this load, the floor under a timer service's own lateness.
 //!
@@ -47,25 +53,25 @@ pub const STALL_THRESHOLD: Duration = Duration::from_micros(200);
 pub struct HostStalls {
     /// How long the probe watched.
     pub observed_ns: u64,
-    /// The longest time the probe's vCPU did not run: the longest gap between two clock reads,
-    /// less the part of it the guest kernel spent running another thread there.
+    /// The longest stall of any vCPU: the latest a watcher woke, less the part of it the
+    /// watcher spent waiting for its CPU while the guest kernel ran other threads.
     pub longest_ns: u64,
-    /// Host stalls: gaps whose vCPU-stopped part was over 200 µs.
+    /// Stalls: late wake-ups whose vCPU-stopped part was over 200 µs (all vCPUs together).
     pub gaps_over_200us: u64,
-    /// Time lost in those stalls (their vCPU-stopped parts, added up).
+    /// Time lost in those stalls (their vCPU-stopped parts, added up over the vCPUs).
     pub lost_ns: u64,
-    /// Gaps over 200 µs that were the guest's own scheduling (the probe waited for a CPU while
-    /// other threads, mostly the bench's, ran): not host stalls.
+    /// Wake-ups over 200 µs late that were the guest's own scheduling (the watcher waited for
+    /// its CPU while other threads, mostly the bench's, ran): not stalls.
     pub preempted_gaps: u64,
-    /// Time the probe waited for a CPU during gaps over 200 µs.
+    /// Time the watchers waited for their CPUs during those wake-ups.
     pub preempted_ns: u64,
     /// Steal time of all CPUs over the round (/proc/stat, 10 ms resolution), where the kernel
     /// reports it: the hypervisor's own count of time a vCPU wanted to run and did not.
     pub steal_ns: Option<u64>,
-    /// True when the probe ran under `SCHED_IDLE` (false: at normal priority, competing with
-    /// the service for its CPU, because the kernel refused).
+    /// vCPUs watched, one watcher pinned to each CPU the process may run on (0 in results
+    /// written before the watchers, when one spinning thread watched whichever CPU it ran on).
     #[serde(default)]
-    pub sched_idle: bool,
+    pub watched_cpus: u64,
     /// The sleeper's wake-ups over the round (one per millisecond; 0: no sleeper ran).
     #[serde(default)]
     pub sleeper_wakes: u64,
@@ -112,7 +118,8 @@ impl WakeTally {
     }
 }
 
-/// Adds up gaps between clock reads; pure, so it can be fed synthetic reads.
+/// Adds up late wake-ups (or, fed so, gaps between clock reads); pure, so it can be fed
+/// synthetic ones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StallTally {
     longest_ns: u64,
@@ -123,9 +130,8 @@ pub struct StallTally {
 }
 
 impl StallTally {
-    /// One gap of `gap_ns` between two clock reads, `waited_ns` of which the probe's thread
-    /// spent runnable but waiting for a CPU (0 when not read: only gaps over a few µs are
-    /// worth the read).
+    /// One wake-up `gap_ns` late (or one gap between two clock reads), `waited_ns` of which
+    /// the watcher spent runnable but waiting for its CPU.
     pub fn gap(&mut self, gap_ns: u64, waited_ns: u64) {
         let waited = waited_ns.min(gap_ns);
         let stopped = gap_ns - waited;
@@ -140,6 +146,15 @@ impl StallTally {
         } else {
             self.preempted_gaps += 1;
         }
+    }
+
+    /// Adds up another watcher's tally: the longest of both, the sums of the rest.
+    pub fn merge(&mut self, other: &StallTally) {
+        self.longest_ns = self.longest_ns.max(other.longest_ns);
+        self.gaps += other.gaps;
+        self.lost_ns += other.lost_ns;
+        self.preempted_gaps += other.preempted_gaps;
+        self.preempted_ns += other.preempted_ns;
     }
 
     /// The figures, for `observed_ns` of watching.
@@ -161,30 +176,36 @@ fn threshold_ns() -> u64 {
     STALL_THRESHOLD.as_nanos() as u64
 }
 
+/// How often each watcher wakes: a stall shorter than this can fall between two wake-ups, and
+/// a longer one reads up to this much short.
+pub const WATCH_EVERY: Duration = Duration::from_micros(250);
+
 /// A running probe; [`StallProbe::finish`] stops it and returns what it saw.
 pub struct StallProbe {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<(StallTally, u64, bool)>,
+    started: Instant,
+    watchers: Vec<JoinHandle<StallTally>>,
     sleeper: JoinHandle<()>,
     relay: JoinHandle<(WakeTally, WakeTally)>,
     steal_before: Option<u64>,
 }
 
 impl StallProbe {
-    /// Starts the probe thread (`bench-stalls`), which spins, the sleeper (`bench-sleeper`) and
-    /// its relay (`bench-relay`), until [`StallProbe::finish`].
+    /// Starts a watcher (`bench-watch-N`) on each CPU this process may run on, the sleeper
+    /// (`bench-sleeper`) and its relay (`bench-relay`), until [`StallProbe::finish`].
     pub fn start() -> StallProbe {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
         let steal_before = proc::steal_ns();
-        let thread = std::thread::Builder::new()
-            .name("bench-stalls".into())
-            .spawn(move || {
-                let sched_idle = run_only_when_idle();
-                let (tally, observed_ns) = spin(&flag);
-                (tally, observed_ns, sched_idle)
+        let watchers = proc::allowed_cpus()
+            .into_iter()
+            .map(|cpu| {
+                let flag = Arc::clone(&stop);
+                std::thread::Builder::new()
+                    .name(format!("bench-watch-{cpu}"))
+                    .spawn(move || watch(cpu, &flag))
+                    .expect("spawn a stall watcher")
             })
-            .expect("spawn the stall probe thread");
+            .collect();
         let flag = Arc::clone(&stop);
         let (hand, handed) = std::sync::mpsc::channel();
         let sleeper = std::thread::Builder::new()
@@ -197,7 +218,8 @@ impl StallProbe {
             .expect("spawn the relay thread");
         StallProbe {
             stop,
-            thread,
+            started: Instant::now(),
+            watchers,
             sleeper,
             relay,
             steal_before,
@@ -207,8 +229,12 @@ impl StallProbe {
     /// Stops the probe and returns its figures.
     pub fn finish(self) -> HostStalls {
         self.stop.store(true, Ordering::Relaxed);
-        let (tally, observed_ns, sched_idle) =
-            self.thread.join().expect("the stall probe panicked");
+        let observed_ns = self.started.elapsed().as_nanos() as u64;
+        let watched_cpus = self.watchers.len() as u64;
+        let mut tally = StallTally::default();
+        for watcher in self.watchers {
+            tally.merge(&watcher.join().expect("a stall watcher panicked"));
+        }
         self.sleeper.join().expect("the sleeper panicked");
         let (slept, relayed) = self.relay.join().expect("the relay panicked");
         let (sleeper_wakes, sleeper_p999_ns, sleeper_max_ns) = slept.figures();
@@ -218,7 +244,7 @@ impl StallProbe {
             .zip(proc::steal_ns())
             .map(|(before, after)| after.saturating_sub(before));
         HostStalls {
-            sched_idle,
+            watched_cpus,
             sleeper_wakes,
             sleeper_p999_ns,
             sleeper_max_ns,
@@ -227,6 +253,52 @@ impl StallProbe {
             ..tally.figures(observed_ns, steal)
         }
     }
+}
+
+/// A watcher's loop: pinned to `cpu`, sleeps to each [`WATCH_EVERY`] boundary of the monotonic
+/// clock and notes how late it woke and how much of that it waited for the CPU, until told to
+/// stop.
+fn watch(cpu: usize, stop: &AtomicBool) -> StallTally {
+    pin_to(cpu);
+    exact_timers();
+    let step = WATCH_EVERY.as_nanos() as u64;
+    let mut schedstat = proc::ThreadSchedstat::open();
+    let mut waited_before = schedstat.wait_ns();
+    let mut tally = StallTally::default();
+    let mut boundary = (monotonic_ns() / step + 1) * step;
+    while !stop.load(Ordering::Relaxed) {
+        sleep_until(boundary);
+        let now = monotonic_ns();
+        let waited_now = schedstat.wait_ns();
+        tally.gap(
+            now.saturating_sub(boundary),
+            waited_now.saturating_sub(waited_before),
+        );
+        waited_before = waited_now;
+        // The next boundary still ahead: a stall that spans several boundaries is one late
+        // wake-up, not several.
+        boundary = (monotonic_ns() / step + 1) * step;
+    }
+    tally
+}
+
+/// Pins the calling thread to `cpu` (left unpinned where the kernel refuses: the watcher then
+/// watches whichever CPU it runs on).
+fn pin_to(cpu: usize) {
+    // SAFETY: `set` is a plain bit set, zeroed then filled by the libc macros within its
+    // size, and pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Asks the kernel to fire this thread's sleep timers on time: the default slack (50 µs) lets
+/// it batch wake-ups, which would read as lateness.
+fn exact_timers() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and touches only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
 }
 
 /// The sleeper's loop: sleep to the next millisecond boundary of the monotonic clock (an
@@ -288,49 +360,6 @@ fn sleep_until(deadline_ns: u64) {
     };
 }
 
-/// Puts the calling thread under `SCHED_IDLE`; false if the kernel refused.
-fn run_only_when_idle() -> bool {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread, and `param` is a valid sched_param for the call.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == 0 }
-}
-
-/// Gaps longer than this are worth a read of the probe's run-queue wait: shorter ones are
-/// interrupts (a few µs), and reading it after every one would cost more than they do. The
-/// longest gap is only told apart from guest preemption above this.
-const READ_WAIT_OVER: Duration = Duration::from_micros(20);
-
-/// The probe's loop: read the clock, note the gap since the last read, until told to stop.
-/// After a gap over [`READ_WAIT_OVER`] it reads its own run-queue wait (a /proc read of a few
-/// µs), and starts the next gap after that read, so the read is not taken for a stall.
-fn spin(stop: &AtomicBool) -> (StallTally, u64) {
-    let mut tally = StallTally::default();
-    let threshold = READ_WAIT_OVER.as_nanos() as u64;
-    let mut waited_before = wait_ns();
-    let started = Instant::now();
-    let mut last = started;
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let gap = now.duration_since(last).as_nanos() as u64;
-        if gap > threshold {
-            let waited_now = wait_ns();
-            tally.gap(gap, waited_now.saturating_sub(waited_before));
-            waited_before = waited_now;
-            last = Instant::now();
-        } else {
-            tally.gap(gap, 0);
-            last = now;
-        }
-    }
-    (tally, started.elapsed().as_nanos() as u64)
-}
-
-/// The calling thread's run-queue wait so far (0 where it cannot be read: every gap then
-/// counts as the host's).
-fn wait_ns() -> u64 {
-    proc::this_thread_schedstat().map_or(0, |(_, wait)| wait)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,7 +367,7 @@ mod tests {
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;
 
-    /// Feeds clock reads (ns) with the run-queue wait read after each, as [`spin`] does.
+    /// Feeds clock reads (ns) with the run-queue wait read after each, as a watcher does.
     fn tally_of(reads: &[(u64, u64)]) -> StallTally {
         let mut tally = StallTally::default();
         for pair in reads.windows(2) {
@@ -389,6 +418,17 @@ mod tests {
     }
 
     #[test]
+    fn watchers_tallies_add_up_with_the_longest_of_all() {
+        let mut first = tally_of(&[(0, 0), (3 * MS, 0)]);
+        let second = tally_of(&[(0, 0), (MS, 0), (2 * MS, MS)]);
+        first.merge(&second);
+        let figures = first.figures(3 * MS, None);
+        assert_eq!(figures.longest_ns, 3 * MS);
+        assert_eq!((figures.gaps_over_200us, figures.lost_ns), (2, 4 * MS));
+        assert_eq!((figures.preempted_gaps, figures.preempted_ns), (1, MS));
+    }
+
+    #[test]
     fn wait_beyond_the_gap_is_clamped() {
         // Run-queue wait is read after the gap, so it can include waits before it.
         let mut tally = StallTally::default();
@@ -417,6 +457,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         let figures = probe.finish();
         assert!(figures.observed_ns >= 20 * MS, "{figures:?}");
+        assert_eq!(
+            figures.watched_cpus as usize,
+            proc::allowed_cpus().len(),
+            "one watcher per CPU"
+        );
         assert!(figures.lost_ns <= figures.observed_ns);
         assert!(figures.sleeper_wakes >= 5, "{figures:?}");
         assert!(figures.sleeper_p999_ns <= figures.sleeper_max_ns);
@@ -431,9 +476,5 @@ mod tests {
             "{figures:?}"
         );
         assert!(figures.relay_p999_ns <= figures.relay_max_ns);
-        assert!(
-            figures.sched_idle,
-            "Linux lets a thread lower its own priority"
-        );
     }
 }

@@ -82,7 +82,7 @@ fn run_section(md: &mut String, options: &Options) {
     );
     let _ = writeln!(md, "- warm-up: {}", warm_up_text(options));
     let probe = if options.stall_probe {
-        "on (`--stall-probe on`): a thread spins on the clock during each measured round"
+        "on (`--stall-probe on`): a thread per vCPU wakes every 250 µs during each measured round"
     } else {
         "off (the default; `--stall-probe on` measures them): host stalls are not measured"
     };
@@ -173,16 +173,19 @@ const METHOD: &str = "
   - *exec*: the threads that run callbacks when they are others (wheel: `wheel-exec-*`);
     `inline` where they are the timer threads.
 - Host stalls (`--stall-probe on`; off by default, see below): during each measured round a
-  thread (`bench-stalls`) reads the monotonic clock in a tight loop and notes every gap
-  between two reads. A gap is either the VM's vCPU not running at all (the host stopped it:
-  every thread on it is late by as much, the service's callbacks included) or the guest
-  kernel running another thread on the probe's CPU (the probe's own run-queue wait, from its
-  schedstat, tells how much). *stall max* is the longest gap less that wait; the `host
-  stalls` table adds the stalls over 200 µs, the time lost in them, the probe's own waits
-  (not stalls) and the kernel's steal time over the round. Compare a run's lateness tail
-  with its stall max: a p99.99 or max about as long as the longest host stall is the host's,
-  not the service's. The probe sees the stalls of the vCPU it runs on, and only while it
-  runs: it is `SCHED_IDLE`, so any other thread of its CPU preempts it at once.
+  watcher thread pinned to each vCPU (`bench-watch-N`) sleeps to every 250 µs boundary and
+  notes how late it wakes. A late wake-up is either the vCPU not running (the host stopped
+  it, or the guest kernel held interrupts off: every thread on it is late by as much, the
+  service's callbacks included) or the guest kernel running other threads on that CPU first
+  (the watcher's own run-queue wait, from its schedstat, tells how much). *stall max* is the
+  latest wake-up less that wait, over all vCPUs; the `host stalls` table adds the stalls
+  over 200 µs, the time lost in them, the late wake-ups that were run-queue waits (not
+  stalls) and the kernel's steal time over the round. Compare a run's lateness tail with its
+  stall max: a p99.99 or max about as long as the longest stall is the machine's, not the
+  service's. A stall can read up to 250 µs short (it is measured from the boundary the
+  watcher slept to, not from its start), so the stall max is a lower bound. Earlier reports
+  came from one spinning `SCHED_IDLE` thread, which ran only on an idle CPU: it saw no stall
+  while the bench kept both vCPUs busy, and kept a vCPU busy itself.
   - Beside it a second thread (`bench-sleeper`) sleeps to every millisecond boundary at
     normal priority, as a timer thread does, and notes how late it wakes (*sleeper p99.9*,
     *sleeper max*). Host stalls delay it, and so does the guest kernel when the bench's and
@@ -194,15 +197,11 @@ const METHOD: &str = "
     wake-ups in a row, as in a service whose timer thread wakes the thread that runs the
     callback (wheel's tick thread and worker, Netty's worker and executor). A two-hop
     service's tail near the relay's is the machine's.
-  - Why it is off by default: it keeps a vCPU from ever going idle, and that changes what it
-    sits beside. On the 2-core AMD VM (shared, busy with other work), wheel alone, runs with
-    the probe on and off interleaved: three series of 8, 8 and 6 pairs at 100 k timers gave
-    median tick-thread CPU of 710 vs 928, 722 vs 950 and 681 vs 1040 ns per timer (a quarter
-    to a third lower with the probe); 5 pairs at 1 M timers, 228 vs 257 (a tenth lower). The
-    p99 lateness went either way, within the noise (1.55 vs 1.16, 1.67 vs 1.83, 1.16 vs
-    1.49 ms). At normal priority instead of `SCHED_IDLE` the probe doubled the p99. So a run
-    with the probe understates the service's CPU cost: use `--stall-probe on` to tell host
-    stalls from lateness, and a run without it for cost.
+  - Why it is off by default: its threads wake about 10 000 times a second on a 2-core machine
+    and take their CPUs from the service for a few microseconds each time. On the 2-core AMD
+    VM, three alternated pairs at 10 M timers gave wheel a p99 of 1.41 / 1.36 / 1.35 ms with
+    the probe against 1.27 / 1.23 / 1.27 ms without. Use `--stall-probe on` to tell stalls
+    from lateness, and a run without it for cost and the p99.
 - `cargo xtask bench` runs every system in its own child process (`--in-process` turns that
   off), so no run inherits another's heap, threads or runtimes.
 - `slow` is capped so its blocking callbacks need at most a quarter of the executor threads'
