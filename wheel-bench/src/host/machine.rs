@@ -17,10 +17,15 @@ pub struct Machine {
     /// Share of all cores' time other processes used in the half second before the run:
     /// a busy machine makes every figure worse.
     pub busy_before: f64,
+    /// One load that misses every cache, in ns ([`crate::host::floor`]): the floor under the
+    /// per-timer figures of memory-bound runs (`None`: not measured).
+    #[serde(default)]
+    pub dram_miss_ns: Option<f64>,
 }
 
 impl Machine {
-    /// Reads /proc/cpuinfo, /proc/meminfo and the kernel release.
+    /// Reads /proc/cpuinfo, /proc/meminfo and the kernel release, and measures the memory
+    /// floor (about a second).
     pub fn read() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -43,6 +48,7 @@ impl Machine {
                 .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
                 .unwrap_or_default(),
             busy_before: busy_share(std::time::Duration::from_millis(500)),
+            dram_miss_ns: crate::host::floor::dram_miss_ns(),
         }
     }
 
@@ -96,6 +102,7 @@ mod tests {
         assert!(m.cores >= 1);
         assert!(m.memory_bytes > 0);
         assert!((0.0..=1.0).contains(&m.busy_before), "{}", m.busy_before);
+        assert!(m.dram_miss_ns.is_some_and(|ns| ns > 0.0), "{m:?}");
         assert_eq!(
             field("model name\t: Xeon\nother: 1", "model name"),
             Some("Xeon")

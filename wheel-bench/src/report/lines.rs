@@ -13,8 +13,11 @@ pub(crate) fn machine_line(machine: &Machine) -> String {
     } else {
         ""
     };
+    let miss = machine.dram_miss_ns.map_or(String::new(), |ns| {
+        format!(", a dependent DRAM miss {ns:.0} ns")
+    });
     format!(
-        "{} cores ({}), {} RAM, Linux {}, {:.0} % busy and load average {} at start{busy}",
+        "{} cores ({}), {} RAM{miss}, Linux {}, {:.0} % busy and load average {} at start{busy}",
         machine.cores,
         machine.cpu_model,
         format::bytes_text(machine.memory_bytes),

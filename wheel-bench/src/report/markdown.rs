@@ -49,6 +49,13 @@ fn machine_section(md: &mut String, machine: &Machine) {
         bytes_text(machine.memory_bytes),
         machine.kernel
     );
+    if let Some(ns) = machine.dram_miss_ns {
+        let _ = writeln!(
+            md,
+            "- memory floor: a load that misses every cache took {ns:.0} ns (a pointer chase \
+             through 256 MiB at start; the per-timer figures of a 10 M run move with it)"
+        );
+    }
     let busy = if machine.was_busy() {
         " (**busy: figures are not representative**)"
     } else {
