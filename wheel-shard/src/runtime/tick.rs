@@ -3,9 +3,10 @@
 //! Each pass: move a chunk of new references from the rings into the wheel (those due soon
 //! first: `Shard::push`), place every notice's reference, hand due references to the
 //! executor, then sleep until the wheel's next due slot — or not at all while the rings still
-//! have work (only yielding the CPU between chunks), or forever while the wheel is empty. Chunks are small, so a flood of new timers delays an expiry by a fraction of a millisecond; over one
-//! tick at most `transfer_batch` references move (Netty's rule), after which the ring waits for
-//! the next tick.
+//! have work (only yielding the CPU between chunks), or forever while the wheel is empty.
+//! Chunks are small, so a flood of new timers delays an expiry by a fraction of a millisecond;
+//! over one tick at most `transfer_batch` references move (Netty's rule), after which the ring
+//! waits for the next tick.
 //!
 //! The tick thread never runs a callback and never reads a timer's record while the service
 //! runs: what it needs to place a timer (deadline, slot) comes with the reference, and
