@@ -173,6 +173,7 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             "p99.99",
             "max",
             "stall max",
+            "p99.99 past it",
             "stalls >200µs",
             "lost",
             "steal",
@@ -194,6 +195,7 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             nanos_text(run.lateness.p9999_ns),
             nanos_text(run.lateness.max_ns),
             nanos_text(s.longest_ns),
+            nanos_text(run.lateness.p9999_ns.saturating_sub(s.longest_ns)),
             s.gaps_over_200us.to_string(),
             nanos_text(s.lost_ns),
             s.steal_ns.map_or("–".into(), nanos_text),
@@ -391,6 +393,7 @@ mod tests {
             lost_ns: 9_000_000,
             ..HostStalls::default()
         });
+        wheel.lateness.p9999_ns = 9_000_000;
         let mut heap = run("binary-heap", 100_000, 2e6, 3_000_000);
         heap.cpu.tick_ns_per_timer = Some(700.0);
         let tables = scenario_tables(Scenario::Fire, &[wheel, heap], 100_000);
@@ -419,7 +422,12 @@ mod tests {
         assert!(!tables[0].headers.iter().any(|h| h == "stall max"));
         assert!(!tables.iter().any(|t| t.title.contains("host stalls")));
         assert_eq!(stalls.rows.len(), 1, "only the runs the probe watched");
-        assert_eq!(stalls.rows[0][5], "3");
-        assert_eq!(stalls.rows[0][6], "9.00 ms");
+        // How far the lateness tail reaches past the longest stall.
+        assert_eq!(stalls.rows[0][2], "9.00 ms");
+        assert_eq!(stalls.rows[0][4], "7.50 ms");
+        assert_eq!(stalls.headers[5], "p99.99 past it");
+        assert_eq!(stalls.rows[0][5], "1.50 ms");
+        assert_eq!(stalls.rows[0][6], "3");
+        assert_eq!(stalls.rows[0][7], "9.00 ms");
     }
 }
