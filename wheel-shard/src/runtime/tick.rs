@@ -3,10 +3,9 @@
 //! Each pass: move a chunk of new references from the rings into the wheel (those due soon
 //! first: `Shard::push`), place every notice's reference, hand due references to the
 //! executor, then sleep until the wheel's next due slot — or not at all while the rings still
-//! have work (yielding the CPU between chunks while producers wait for room), or forever while
-//! the wheel is empty. Chunks are small, so a flood of new timers delays an expiry by a
-//! fraction of a millisecond; over one tick at most `transfer_batch` references move (Netty's
-//! rule), after which the ring waits for the next tick.
+//! have work, or forever while the wheel is empty. Chunks are small, so a flood of new timers
+//! delays an expiry by a fraction of a millisecond; over one tick at most `transfer_batch`
+//! references move (Netty's rule), after which the ring waits for the next tick.
 //!
 //! The tick thread never runs a callback and never reads a timer's record while the service
 //! runs: what it needs to place a timer (deadline, slot) comes with the reference, and
@@ -131,19 +130,7 @@ impl<'a> TickLoop<'a> {
                 shard.rings_published()
             };
             let next = self.wheel.next_expiration();
-            if ring_ready && may_transfer {
-                // A flood (producers waiting for room) keeps this thread runnable from chunk
-                // to chunk, and the kernel then shares the CPU by slices of milliseconds: the
-                // workers, whose callbacks are what runs late, would wait behind a whole slice
-                // of transfers. Yielding after each chunk lets them run first. Not while the
-                // producers run freely: a yield would then hand one of them a whole slice
-                // while due timers wait in this wheel.
-                if shard.producers_wait() {
-                    std::thread::yield_now();
-                }
-                continue;
-            }
-            if next.is_some_and(|t| t <= now) {
+            if (ring_ready && may_transfer) || next.is_some_and(|t| t <= now) {
                 continue;
             }
             if manual {

@@ -337,11 +337,6 @@ impl Shard {
         }
     }
 
-    /// Whether a producer waits for room in the ring (tick thread: a backlog is a flood).
-    pub(crate) fn producers_wait(&self) -> bool {
-        self.waiters.load(Ordering::Relaxed) > 0
-    }
-
     /// Tick thread, after taking from the ring: lets waiting producers in.
     pub(crate) fn signal_room(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
