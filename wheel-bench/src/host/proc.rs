@@ -109,21 +109,6 @@ impl ThreadSchedstat {
     }
 }
 
-/// The CPUs this process may run on (its affinity mask; CPU 0 alone where it cannot be read).
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: `set` is a plain bit set the kernel fills within the size given; pid 0 is the
-    // calling thread, and CPU_ISSET reads within the set's size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![0];
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
-            .collect()
-    }
-}
-
 /// Steal time of all CPUs together so far (ns): time the hypervisor ran something else while
 /// a vCPU had work. From /proc/stat, in clock ticks; `None` where it is not reported.
 pub fn steal_ns() -> Option<u64> {
@@ -227,7 +212,6 @@ mod tests {
         std::thread::yield_now();
         let (later, _) = schedstat.read().unwrap();
         assert!(later > run, "{run} -> {later}");
-        assert!(!allowed_cpus().is_empty());
         // Steal time is a machine figure: present on Linux, possibly zero.
         assert!(steal_ns().is_some());
     }

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use core_affinity::CoreId;
 use serde::{Deserialize, Serialize};
 
 use crate::host::proc;
@@ -196,12 +197,12 @@ impl StallProbe {
     pub fn start() -> StallProbe {
         let stop = Arc::new(AtomicBool::new(false));
         let steal_before = proc::steal_ns();
-        let watchers = proc::allowed_cpus()
+        let watchers = watched_cpus()
             .into_iter()
             .map(|cpu| {
                 let flag = Arc::clone(&stop);
                 std::thread::Builder::new()
-                    .name(format!("bench-watch-{cpu}"))
+                    .name(format!("bench-watch-{}", cpu.id))
                     .spawn(move || watch(cpu, &flag))
                     .expect("spawn a stall watcher")
             })
@@ -258,8 +259,9 @@ impl StallProbe {
 /// A watcher's loop: pinned to `cpu`, sleeps to each [`WATCH_EVERY`] boundary of the monotonic
 /// clock and notes how late it woke and how much of that it waited for the CPU, until told to
 /// stop.
-fn watch(cpu: usize, stop: &AtomicBool) -> StallTally {
-    pin_to(cpu);
+fn watch(cpu: CoreId, stop: &AtomicBool) -> StallTally {
+    // Left unpinned where the kernel refuses: the watcher then watches whichever CPU it runs on.
+    core_affinity::set_for_current(cpu);
     exact_timers();
     let step = WATCH_EVERY.as_nanos() as u64;
     let mut schedstat = proc::ThreadSchedstat::open();
@@ -282,16 +284,12 @@ fn watch(cpu: usize, stop: &AtomicBool) -> StallTally {
     tally
 }
 
-/// Pins the calling thread to `cpu` (left unpinned where the kernel refuses: the watcher then
-/// watches whichever CPU it runs on).
-fn pin_to(cpu: usize) {
-    // SAFETY: `set` is a plain bit set, zeroed then filled by the libc macros within its
-    // size, and pid 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+/// The CPUs this process may run on (its affinity mask), one watcher each; CPU 0 alone where
+/// the mask cannot be read.
+fn watched_cpus() -> Vec<CoreId> {
+    core_affinity::get_core_ids()
+        .filter(|ids| !ids.is_empty())
+        .unwrap_or_else(|| vec![CoreId { id: 0 }])
 }
 
 /// Asks the kernel to fire this thread's sleep timers on time: the default slack (50 µs) lets
@@ -459,7 +457,7 @@ mod tests {
         assert!(figures.observed_ns >= 20 * MS, "{figures:?}");
         assert_eq!(
             figures.watched_cpus as usize,
-            proc::allowed_cpus().len(),
+            watched_cpus().len(),
             "one watcher per CPU"
         );
         assert!(figures.lost_ns <= figures.observed_ns);

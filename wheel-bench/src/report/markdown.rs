@@ -189,10 +189,11 @@ const METHOD: &str = "
   over 200 µs, the time lost in them, the late wake-ups that were run-queue waits (not
   stalls) and the kernel's steal time over the round. Compare a run's lateness tail with its
   stall max: a p99.99 or max about as long as the longest stall is the machine's, not the
-  service's (*p99.99 past it* is the difference). A stall can read up to 250 µs short (it is measured from the boundary the
-  watcher slept to, not from its start), so the stall max is a lower bound. Earlier reports
-  came from one spinning `SCHED_IDLE` thread, which ran only on an idle CPU: it saw no stall
-  while the bench kept both vCPUs busy, and kept a vCPU busy itself.
+  service's (*p99.99 past it* is the difference). A stall can read up to 250 µs short (it is
+  measured from the boundary the watcher slept to, not from its start), so the stall max is
+  a lower bound. Earlier reports came from one spinning `SCHED_IDLE` thread, which ran only
+  on an idle CPU: it saw no stall while the bench kept both vCPUs busy, and kept a vCPU busy
+  itself.
   - Beside the watchers a thread (`bench-sleeper`) sleeps to every millisecond boundary at
     normal priority, as a timer thread does, and notes how late it wakes (*sleeper p99.9*,
     *sleeper max*). Host stalls delay it, and so does the guest kernel when the bench's and

@@ -7,8 +7,9 @@
 //! An earlier `reschedule`, a worker that found a timer postponed and a worker re-arming a
 //! repeating timer leave a [`Notice`] in an unbounded queue instead: those calls have already
 //! decided their outcome on the timer's record, so they must not fail on a full ring, and
-//! their number is bounded by the timers that exist. A `cancel` leaves nothing: it ends the timer on its record, and the reference left in
-//! the wheel is stale; it only counts (`cancelled`), so the tick thread knows when to compact.
+//! their number is bounded by the timers that exist. A `cancel` leaves nothing: it ends the
+//! timer on its record, and the reference left in the wheel is stale; it only counts
+//! (`cancelled`), so the tick thread knows when to compact.
 //!
 //! The tick thread publishes the tick it plans to wake at (`wake_at`) before it sleeps, then
 //! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
