@@ -243,7 +243,7 @@ impl TimerService {
             .acquire()
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
-        let Ok(slot) = shard.table.claim() else {
+        let Ok(slot) = shard.table.claim(deadline) else {
             // Every record of the shard's table holds a live timer.
             core.limit.release();
             return Err(ScheduleError::Saturated);

@@ -364,7 +364,7 @@ mod tests {
     /// Arms a record of `shard` for `deadline` and pushes its reference as `try_schedule`
     /// does.
     fn try_push(shard: &Shard, deadline: u64) -> Result<(), crate::ScheduleError> {
-        let slot = shard.table.claim().unwrap();
+        let slot = shard.table.claim(deadline).unwrap();
         shard.table.record_of(slot).arm(deadline, Task::once(|| {}));
         shard.push(Placement { deadline, slot }, std::time::Duration::ZERO)
     }
@@ -481,9 +481,9 @@ mod tests {
         let n = 3 * COMPACT_MIN_STALE;
         let mut timers = Vec::new();
         for i in 0..n {
-            let slot = shard.table.claim().unwrap();
-            let record = shard.table.record_of(slot);
             let deadline = 1_000_000 + i as u64;
+            let slot = shard.table.claim(deadline).unwrap();
+            let record = shard.table.record_of(slot);
             let (gen, _) = record.arm(deadline, Task::once(|| {}));
             tick.place(Placement { deadline, slot });
             timers.push((slot, gen));

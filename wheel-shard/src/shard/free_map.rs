@@ -1,11 +1,11 @@
-//! [`FreeMap`]: the free slots of a timer table, one bit each, handed out again in address
-//! order, a word of 64 slots at a time.
+//! [`FreeMap`]: the free slots of a timer table, one bit each, handed out again a word of 64
+//! neighbouring slots at a time, in address order.
 //!
-//! Why address order: a producer writes the record of every slot it claims. Records are 48
-//! bytes, four to three cache lines, so a run of neighbouring slots writes each line once
-//! and the core's prefetcher sees the stream coming; slots in the order timers happened to
-//! end (random, for timers of random delays) cost a line and a half each, every one a miss
-//! (docs/performance.md measured the difference at about 5 ns a schedule).
+//! Why words: a thread's cache gives a word's slots to the timers of one deadline group
+//! (`table.rs`, `Group`), so timers due together get neighbouring records, which the worker
+//! that fires them then finds on a few pages. Why address order: a sweep that goes on from
+//! where the last one stopped finds the next word in a few loads, and a slot comes back a lap
+//! after it was last handed out.
 //!
 //! The layout, per segment of the table (`segment_words` words of 64 slots):
 //!
@@ -14,15 +14,13 @@
 //!   summary[j] bit k set: words[64·j + k] may have a bit set
 //! ```
 //!
-//! A sweep (the `cursor`) walks the summary words of every segment in order and wraps, so
-//! slots come back a lap after they were last handed out: a producer's run of claims walks
-//! up through memory.
+//! A sweep (the `cursor`) walks the summary words of every segment in order and wraps.
 //!
 //! Ground rules (no slot lost, none handed out twice):
-//! - [`FreeMap::put`] sets a slot's bit in its word; if the word was zero it then sets the
-//!   word's summary bit.
-//! - [`FreeMap::take`] clears a summary bit, then swaps the word with zero: the bits the swap
-//!   returns are the taker's alone.
+//! - [`FreeMap::put`] and [`FreeMap::put_word`] set slots' bits in their word; if the word
+//!   was zero they then set the word's summary bit.
+//! - [`FreeMap::take_word`] clears a summary bit, then swaps the word with zero: the bits the
+//!   swap returns are the taker's alone.
 //! - So a word with a bit set has its summary bit set, or a taker is between clearing that
 //!   bit and swapping the word, and takes the bit. A summary bit may be set over a zero word
 //!   (a put that found the word zero after a take swapped it): a take finds nothing there and
@@ -53,37 +51,31 @@ impl SegmentBits {
         }
     }
 
-    /// Marks the slot at `offset` in this segment free: its bit, then its word's summary bit
-    /// if the word was zero.
-    fn put(&self, offset: usize) {
-        let word = offset / 64;
-        let before = self.words[word].fetch_or(1 << (offset % 64), Ordering::AcqRel);
+    /// Marks the slots of `mask` in word `word` of this segment free: their bits, then the
+    /// word's summary bit if the word was zero.
+    fn put(&self, word: usize, mask: u64) {
+        let before = self.words[word].fetch_or(mask, Ordering::AcqRel);
         if before == 0 {
             self.summary[word / 64].fetch_or(1 << (word % 64), Ordering::AcqRel);
         }
     }
 
-    /// Takes the words under summary word `index` (slot `base` is its first) into `out`,
-    /// lowest first, until `out` holds `until`; returns whether it does. Each word's summary
-    /// bit is cleared before the word is swapped with zero.
-    fn take_under(&self, index: usize, base: usize, until: usize, out: &mut Vec<u32>) -> bool {
+    /// Takes the first word with free slots under summary word `index`: (its index under
+    /// it, its bits). Each word's summary bit is cleared before the word is swapped with
+    /// zero.
+    fn take_one_under(&self, index: usize) -> Option<(usize, u64)> {
         let summary = &self.summary[index];
         let mut marked = summary.load(Ordering::Acquire);
         while marked != 0 {
             let k = marked.trailing_zeros() as usize;
             marked &= marked - 1;
             summary.fetch_and(!(1 << k), Ordering::AcqRel);
-            let mut free = self.words[index * 64 + k].swap(0, Ordering::AcqRel);
-            let word_base = base + k * 64;
-            while free != 0 {
-                out.push((word_base + free.trailing_zeros() as usize) as u32);
-                free &= free - 1;
-            }
-            if out.len() >= until {
-                return true;
+            let free = self.words[index * 64 + k].swap(0, Ordering::AcqRel);
+            if free != 0 {
+                return Some((k, free));
             }
         }
-        false
+        None
     }
 }
 
@@ -145,41 +137,68 @@ impl FreeMap {
     pub(crate) fn put(&self, slots: &[u32]) {
         let per_segment = self.slots_per_segment();
         for &slot in slots {
-            let slot = slot as usize;
-            self.bits(slot / per_segment).put(slot % per_segment);
+            let (slot, offset) = (slot as usize, slot as usize % per_segment);
+            self.bits(slot / per_segment)
+                .put(offset / 64, 1 << (offset % 64));
         }
         self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
     }
 
-    /// Takes whole words of free slots, in address order from where the last sweep stopped,
-    /// until at least `want` are taken or a lap found no more; appends them to `out` highest
-    /// first (a cache pops from its end, so they are claimed lowest first). Returns how many.
-    pub(crate) fn take(&self, want: usize, out: &mut Vec<u32>) -> usize {
-        let start_len = out.len();
+    /// Marks the slots of `free` free (bit `b`: slot `base + b`; `base` a multiple of 64).
+    /// Each must be one a thread held.
+    pub(crate) fn put_word(&self, base: u32, free: u64) {
+        let (base, per_segment) = (base as usize, self.slots_per_segment());
+        self.bits(base / per_segment)
+            .put(base % per_segment / 64, free);
+        self.free
+            .fetch_add(u64::from(free.count_ones()), Ordering::Relaxed);
+    }
+
+    /// Takes the next word with free slots, in address order from where the last sweep
+    /// stopped: (its first slot, its free bits).
+    pub(crate) fn take_word(&self) -> Option<(u32, u64)> {
         let segments = self.segments_used.load(Ordering::Acquire);
         let per_segment_summary = self.segment_words.div_ceil(64);
         let laps = segments * per_segment_summary;
         if laps == 0 {
-            return 0;
+            return None;
         }
-        let until = want.saturating_add(start_len);
         let mut at = self.cursor.load(Ordering::Relaxed) % laps;
-        // One summary word more than a lap: the first again, for bits put behind the sweep.
+        let mut found = None;
         for _ in 0..=laps {
             let (segment, index) = (at / per_segment_summary, at % per_segment_summary);
             if let Some(bits) = self.segments[segment].get() {
                 let base = segment * self.slots_per_segment() + index * 64 * 64;
-                if bits.take_under(index, base, until, out) {
+                if let Some((k, free)) = bits.take_one_under(index) {
+                    found = Some(((base + k * 64) as u32, free));
                     break;
                 }
             }
             at = (at + 1) % laps;
         }
         self.cursor.store(at, Ordering::Relaxed);
-        let taken = out.len() - start_len;
-        self.free.fetch_sub(taken as u64, Ordering::Relaxed);
-        out[start_len..].reverse();
-        taken
+        let (_, free) = found?;
+        self.free
+            .fetch_sub(u64::from(free.count_ones()), Ordering::Relaxed);
+        found
+    }
+
+    /// Takes whole words (see [`FreeMap::take_word`]) until at least `want` slots are taken
+    /// or none is left; appends the slots to `out`, highest first. Returns how many.
+    #[cfg(test)]
+    fn take(&self, want: usize, out: &mut Vec<u32>) -> usize {
+        let start = out.len();
+        while out.len() - start < want {
+            let Some((base, mut free)) = self.take_word() else {
+                break;
+            };
+            while free != 0 {
+                out.push(base + free.trailing_zeros());
+                free &= free - 1;
+            }
+        }
+        out[start..].reverse();
+        out.len() - start
     }
 }
 
@@ -232,6 +251,29 @@ mod tests {
     }
 
     #[test]
+    fn a_word_goes_in_and_comes_out_whole() {
+        let map = small();
+        map.put_word(320, 0b1011);
+        map.put(&[322]);
+        assert_eq!(map.free(), 4);
+        assert_eq!(
+            map.take_word(),
+            Some((320, 0b1111)),
+            "one word, its first slot"
+        );
+        assert_eq!(map.free(), 0);
+        map.put_word(0, u64::MAX);
+        map.put_word(448, 1 << 63);
+        assert_eq!(
+            map.take_word(),
+            Some((448, 1 << 63)),
+            "on from where the sweep stopped"
+        );
+        assert_eq!(map.take_word(), Some((0, u64::MAX)), "then round");
+        assert_eq!(map.take_word(), None, "and nothing more");
+    }
+
+    #[test]
     fn an_empty_map_takes_nothing() {
         let mut out = vec![7];
         assert_eq!(small().take(10, &mut out), 0);
@@ -281,25 +323,25 @@ mod loom_models {
     use super::*;
     use loom::sync::Arc;
 
-    /// Two threads put slots of one word while a third takes: each slot ends up taken once,
+    /// Two threads put slots of one word (one a whole word's bits at once) while a third takes: each slot ends up taken once,
     /// by the racing take or by a take after everyone is done.
     #[test]
     fn loom_a_take_racing_puts_loses_no_slot() {
         loom::model(|| {
             let map = Arc::new(FreeMap::new(1, 2));
             map.prepare(0);
-            let putters: Vec<_> = [[1u32, 2], [3, 70]]
-                .into_iter()
-                .map(|slots| {
-                    let map = Arc::clone(&map);
-                    loom::thread::spawn(move || map.put(&slots))
-                })
-                .collect();
+            let word = {
+                let map = Arc::clone(&map);
+                loom::thread::spawn(move || map.put_word(0, 0b110))
+            };
+            let slots = {
+                let map = Arc::clone(&map);
+                loom::thread::spawn(move || map.put(&[3, 70]))
+            };
             let mut taken = Vec::new();
             map.take(1, &mut taken);
-            for putter in putters {
-                putter.join().unwrap();
-            }
+            word.join().unwrap();
+            slots.join().unwrap();
             map.take(10, &mut taken);
             taken.sort_unstable();
             assert_eq!(taken, [1, 2, 3, 70]);

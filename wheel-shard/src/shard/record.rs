@@ -197,6 +197,13 @@ impl Record {
         generation(self.word.load(Ordering::Acquire))
     }
 
+    /// The deadline the record was last armed or moved to. A hint only, unless the caller
+    /// holds the record: [`TimerTable::release`](super::TimerTable::release) reads it to
+    /// find the deadline group a slot came from.
+    pub(crate) fn last_deadline(&self) -> u64 {
+        self.deadline.load(Ordering::Relaxed)
+    }
+
     /// Producer, on a FREE record it owns: makes it a SCHEDULED timer due at `deadline`.
     /// Returns the timer's generation (for its id) and the ticket of its first reference.
     pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, Ticket) {

@@ -53,12 +53,6 @@ const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
 /// Free slots moved between a thread's cache and the free map at a time.
 pub(crate) const BATCH: usize = 256;
 
-/// How many claims ahead a producer starts loading the record it will write. A recycled
-/// record was last written by another thread (the worker that fired its timer), so writing it
-/// misses the cache; started a few schedules early, the miss overlaps the work in between
-/// instead of stalling the producer (the ring's CAS would otherwise wait for it).
-const PREFETCH_AHEAD: usize = 16;
-
 pub(crate) struct TimerTable {
     /// Names this table's caches in every thread (see [`Caches`]).
     id: u64,
@@ -80,7 +74,75 @@ struct Cache {
     table: u64,
     /// Where the slots go when the thread ends (if the table is still there).
     map: Weak<FreeMap>,
+    /// Slots of timers this thread ended, on their way to the map; claims take them only
+    /// when the table has no other free slot.
     slots: Vec<u32>,
+    /// The slots new timers take, [`GROUPS`] words of them, by deadline (see [`Group`]).
+    groups: Box<[Group]>,
+    /// Words taken from the map or fresh, not yet given to a group, lowest last.
+    spare: Vec<(u32, u64)>,
+}
+
+/// Deadline groups in a thread's cache of a table. With [`GROUP_TICKS_LOG2`], 128 groups of
+/// 64 ticks span 8 192 ticks (8.2 s at the default 1 ms tick) before a later deadline wraps
+/// round into the group of an earlier one. 1 024 groups of 8 ticks saved the workers a
+/// little more and cost the producer more than they saved (docs/performance.md).
+const GROUPS: usize = 128;
+/// A group spans 2^this ticks of deadline.
+const GROUP_TICKS_LOG2: u32 = 6;
+/// Words a cache takes at once for its groups: [`BATCH`] slots, so the map's and the fresh
+/// counter's shared lines are touched once per four words.
+const SPARE_WORDS: usize = BATCH / 64;
+
+/// The free slots a cache gives to new timers of one deadline group: those of one word of
+/// the free map, 64 neighbouring records (3 KiB).
+///
+/// Why group by deadline: the worker that fires a timer is the first thread to touch its
+/// record after the producer, and it runs a tick's timers together. Records handed out in
+/// address order regardless of deadline put a tick's timers on as many pages as there are
+/// timers, spread over the whole table (480 MiB at 10 M timers), and on a VM a load from a
+/// page the TLB does not hold costs a nested page walk: 170 ns at a 256 MiB span on the
+/// benchmark VM even when the line itself is cached (docs/performance.md). Records of one
+/// group are due within 64 ticks of each other, so a tick's timers lie on a few hundred
+/// pages, which the TLB holds. The price: a producer writes one record in each of up to
+/// [`GROUPS`] places instead of the next record along, and a thread holds up to
+/// `(GROUPS + SPARE_WORDS) × 64` free slots (8 448, 400 KiB of records) of each table it
+/// schedules on, where it held 512; they go back to the map when the thread ends.
+#[derive(Clone, Copy, Default)]
+struct Group {
+    /// The word's first slot (a multiple of 64).
+    base: u32,
+    /// Bit `b` set: slot `base + b` is free, this cache's to hand out.
+    free: u64,
+}
+
+impl Group {
+    /// The group of timers due at tick `deadline`.
+    fn index(deadline: u64) -> usize {
+        (deadline >> GROUP_TICKS_LOG2) as usize & (GROUPS - 1)
+    }
+
+    /// Takes the lowest free slot.
+    fn pop(&mut self) -> Option<u32> {
+        let slot = self.peek()?;
+        self.free &= self.free - 1;
+        Some(slot)
+    }
+
+    /// The slot [`Group::pop`] takes next.
+    fn peek(&self) -> Option<u32> {
+        (self.free != 0).then(|| self.base + self.free.trailing_zeros())
+    }
+
+    /// Takes `slot` back if it lies in this group's word: a timer claimed and ended
+    /// meanwhile (cancelled, withdrawn) leaves its place in the group free for the next.
+    fn give_back(&mut self, slot: u32) -> bool {
+        let mine = self.free != 0 && slot & !63 == self.base;
+        if mine {
+            self.free |= 1 << (slot & 63);
+        }
+        mine
+    }
 }
 
 /// A thread's caches, one per table it used (a handful: one per shard of each service), and
@@ -95,6 +157,12 @@ impl Drop for Cache {
     fn drop(&mut self) {
         if let Some(map) = self.map.upgrade() {
             map.put(&self.slots);
+            let groups = self.groups.iter().map(|group| (group.base, group.free));
+            for (base, free) in groups.chain(self.spare.iter().copied()) {
+                if free != 0 {
+                    map.put_word(base, free);
+                }
+            }
         }
     }
 }
@@ -211,50 +279,98 @@ impl TimerTable {
         self.record(slot).expect("a slot handed out has a record")
     }
 
-    /// A free slot for a new timer, owned by the caller until it arms the record or gives it
-    /// back with [`TimerTable::release`]. Its record exists by the time this returns.
+    /// A free slot for a new timer due at tick `deadline`, owned by the caller until it arms
+    /// the record or gives it back with [`TimerTable::release`]. Its record exists by the
+    /// time this returns. It comes from this thread's group for the deadline (see [`Group`]).
     #[inline]
-    pub(crate) fn claim(&self) -> Result<u32, TableFull> {
+    pub(crate) fn claim(&self, deadline: u64) -> Result<u32, TableFull> {
         let cached = CACHES.try_with(|caches| {
             let mut caches = caches.borrow_mut();
             let cache = self.cache(&mut caches);
-            if let Some(slot) = cache.slots.pop() {
-                if cache.slots.len() < PREFETCH_AHEAD {
-                    self.top_up(&mut cache.slots);
+            let group = &mut cache.groups[Group::index(deadline)];
+            if group.free == 0 {
+                if cache.spare.is_empty() {
+                    self.refill_spare(&mut cache.spare);
                 }
-                if let Some(&ahead) = cache
-                    .slots
-                    .len()
-                    .checked_sub(PREFETCH_AHEAD)
-                    .and_then(|i| cache.slots.get(i))
-                {
-                    if let Some(record) = self.record(ahead) {
-                        record.prefetch_for_write();
-                    }
-                }
-                return Ok(slot);
+                let Some((base, free)) = cache.spare.pop() else {
+                    // No word free anywhere: the last slots this thread ended, if any.
+                    return cache.slots.pop().ok_or(TableFull);
+                };
+                *group = Group { base, free };
             }
-            self.refill(&mut cache.slots)?;
-            Ok(cache.slots.pop().expect("a refill brings slots"))
+            let slot = group.pop().expect("a group with free slots");
+            // The group's next record, loaded while the timers of other groups are written.
+            if let Some(next) = group.peek().and_then(|next| self.record(next)) {
+                next.prefetch_for_write();
+            }
+            Ok(slot)
         });
         // Without thread-local storage (a thread being torn down): straight from the map.
         cached.unwrap_or_else(|_| self.claim_uncached())
     }
 
+    /// Adds words of free slots for the groups to `spare`: [`SPARE_WORDS`] from the map when
+    /// it holds a batch or more, else as many fresh ones, else the map's last few (a sweep
+    /// for those may cross the whole map, so only when there is no fresh slot left). Adds
+    /// none when every slot is taken.
+    #[cold]
+    fn refill_spare(&self, spare: &mut Vec<(u32, u64)>) {
+        if self.map.free() >= BATCH {
+            spare.extend((0..SPARE_WORDS).map_while(|_| self.map.take_word()));
+            spare.reverse();
+            if !spare.is_empty() {
+                return;
+            }
+        }
+        if self.claim_fresh_words(spare).is_err() {
+            spare.extend(self.map.take_word());
+        }
+    }
+
+    /// Adds the words of a block of up to [`BATCH`] slots never handed out to `spare`,
+    /// lowest last, creating their segments.
+    fn claim_fresh_words(&self, spare: &mut Vec<(u32, u64)>) -> Result<(), TableFull> {
+        let (start, end) = self.claim_fresh_block()?;
+        let mut base = end.div_ceil(64) * 64;
+        while base > start {
+            base -= 64;
+            let count = end.min(base + 64) - base;
+            spare.push((base, u64::MAX >> (64 - count)));
+        }
+        Ok(())
+    }
+
+    /// [`TimerTable::claim`] without a cache: a word for this one claim, the rest of what
+    /// the refill brought back to the map at once.
     fn claim_uncached(&self) -> Result<u32, TableFull> {
-        let mut batch = Vec::new();
-        self.refill(&mut batch)?;
-        let slot = batch.pop().expect("a refill brings slots");
-        self.map.put(&batch);
+        let mut spare = Vec::new();
+        self.refill_spare(&mut spare);
+        let (base, free) = spare.pop().ok_or(TableFull)?;
+        let mut group = Group { base, free };
+        let slot = group.pop().expect("a word taken has a free slot");
+        for (base, free) in spare.into_iter().chain([(group.base, group.free)]) {
+            if free != 0 {
+                self.map.put_word(base, free);
+            }
+        }
         Ok(slot)
     }
 
     /// Gives back the slot of a timer that ended (its record retired) or of a claim that
     /// was never armed, to this thread's cache.
+    ///
+    /// A slot whose word is still its deadline group's in this thread's cache (a timer
+    /// cancelled or withdrawn soon after it was scheduled, on the thread that scheduled it)
+    /// goes back to that group, so the group's next timer takes the record this thread
+    /// just wrote.
     pub(crate) fn release(&self, slot: u32) {
+        let deadline = self.record_of(slot).last_deadline();
         let cached = CACHES.try_with(|caches| {
             let mut caches = caches.borrow_mut();
             let cache = self.cache(&mut caches);
+            if cache.groups[Group::index(deadline)].give_back(slot) {
+                return;
+            }
             cache.slots.push(slot);
             if cache.slots.len() >= 2 * BATCH {
                 self.map.put(&cache.slots[BATCH..]);
@@ -263,35 +379,6 @@ impl TimerTable {
         });
         if cached.is_err() {
             self.map.put(&[slot]);
-        }
-    }
-
-    /// Puts a batch under the last few `slots`, whose records are already being loaded, so
-    /// the prefetch [`PREFETCH_AHEAD`] claims ahead runs on into the batch instead of the
-    /// batch's first claims each waiting for a miss. Nothing happens when the table is full:
-    /// the cache then runs dry and the claim reports it.
-    #[cold]
-    fn top_up(&self, slots: &mut Vec<u32>) {
-        let left = slots.len();
-        if self.refill(slots).is_ok() {
-            // Claims pop from the end: the slots left go there, above the batch.
-            slots.rotate_left(left);
-        }
-    }
-
-    /// Adds about a batch of free slots from the map to `slots` (whole words of 64, so up to
-    /// [`BATCH`] + 63), or else a block of fresh slots; the map's last few free slots only
-    /// when there is no fresh one left, since a sweep for them may cross the whole map. A
-    /// cache's buffer has room for them (see [`TimerTable::release`]), so this never
-    /// allocates.
-    #[cold]
-    fn refill(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
-        if self.map.free() >= BATCH && self.map.take(BATCH, slots) > 0 {
-            return Ok(());
-        }
-        match self.claim_fresh(slots) {
-            Err(TableFull) if self.map.take(BATCH, slots) > 0 => Ok(()),
-            result => result,
         }
     }
 
@@ -321,6 +408,8 @@ impl TimerTable {
                     table: self.id,
                     map: Arc::downgrade(&self.map),
                     slots: Vec::with_capacity(2 * BATCH),
+                    groups: vec![Group::default(); GROUPS].into_boxed_slice(),
+                    spare: Vec::with_capacity(SPARE_WORDS),
                 });
                 caches.list.len() - 1
             }
@@ -329,9 +418,9 @@ impl TimerTable {
         &mut caches.list[index]
     }
 
-    /// Takes a block of up to [`BATCH`] slots never handed out into `slots`, creating their
-    /// segments.
-    fn claim_fresh(&self, slots: &mut Vec<u32>) -> Result<(), TableFull> {
+    /// Takes the slots `start..end` (up to [`BATCH`], `start` a multiple of 64) never handed
+    /// out, creating their segments.
+    fn claim_fresh_block(&self) -> Result<(u32, u32), TableFull> {
         let start = self
             .fresh
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
@@ -342,9 +431,7 @@ impl TimerTable {
         for segment in locate(start).0..=locate(end - 1).0 {
             self.segments[segment].get_or_init(new_segment);
         }
-        // Handed out lowest first.
-        slots.extend((start..end).rev());
-        Ok(())
+        Ok((start, end))
     }
 
     /// Writes records past the written mark, up to a [`GROW_STEP`] boundary, when fewer than
@@ -481,7 +568,7 @@ mod tests {
         let last = 2 * SEGMENT_LEN as u32 - 1;
         assert!(table.record(last).is_some(), "two whole segments");
         assert!(table.record(last + 1).is_none(), "and no more");
-        assert_eq!(table.claim().unwrap(), 0, "claims still start at slot 0");
+        assert_eq!(table.claim(0).unwrap(), 0, "claims still start at slot 0");
     }
 
     /// Whether the page holding `address` is this process's own, written memory: resident and
@@ -530,7 +617,7 @@ mod tests {
         assert!(!table.grow(), "an empty table has nothing to grow");
 
         // A small table: its records stay within the first step.
-        table.claim().unwrap();
+        table.claim(0).unwrap();
         assert!(table.grow());
         assert!(!table.grow(), "written far enough");
         let written = |slot: usize| {
@@ -546,8 +633,7 @@ mod tests {
         // A table grown past a step: a whole step at least ahead of its fresh slots, even
         // across a segment boundary.
         while table.high_water() < (SEGMENT_LEN - step / 2) as u32 {
-            let mut slots = Vec::new();
-            table.claim_fresh(&mut slots).unwrap();
+            table.claim_fresh_block().unwrap();
         }
         while table.grow() {}
         let fresh = table.high_water() as usize;
@@ -563,13 +649,13 @@ mod tests {
     #[test]
     fn a_full_table_says_so() {
         let table = TimerTable::with_limit(3);
-        let claimed: Vec<_> = (0..3).map(|_| table.claim().unwrap()).collect();
+        let claimed: Vec<_> = (0..3).map(|_| table.claim(0).unwrap()).collect();
         assert_eq!(claimed, [0, 1, 2]);
-        assert_eq!(table.claim(), Err(TableFull), "the limit is reached");
-        assert_eq!(table.claim(), Err(TableFull), "and stays so");
+        assert_eq!(table.claim(0), Err(TableFull), "the limit is reached");
+        assert_eq!(table.claim(1 << 20), Err(TableFull), "and stays so");
         assert_eq!(table.high_water(), 3, "no slot past the limit");
         table.release(1);
-        assert_eq!(table.claim(), Ok(1), "a released slot is claimed again");
+        assert_eq!(table.claim(0), Ok(1), "a released slot is claimed again");
         assert_eq!(TimerTable::new().limit, SLOTS, "a real table holds 2^28");
     }
 
@@ -615,45 +701,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn released_slots_come_back_in_batches_across_threads() {
-        let table = Arc::new(TimerTable::new());
-        // Another thread claims and ends timers: its cache overflows into the map, and what
-        // is left goes back when the thread ends.
-        let claimed = {
-            let table = Arc::clone(&table);
-            std::thread::spawn(move || {
-                let slots: Vec<u32> = (0..3 * BATCH).map(|_| table.claim().unwrap()).collect();
-                for &slot in &slots {
-                    table.release(slot);
-                }
-                slots
-            })
+    /// Claims `n` slots on a thread of its own, which ends with them unreleased: its cache
+    /// (groups, spare words) goes back to the map.
+    fn claim_elsewhere(
+        table: &Arc<TimerTable>,
+        n: usize,
+        deadline: impl Fn(usize) -> u64 + Send + 'static,
+    ) -> Vec<u32> {
+        let table = Arc::clone(table);
+        std::thread::spawn(move || (0..n).map(|i| table.claim(deadline(i)).unwrap()).collect())
             .join()
             .unwrap()
-        };
-        // The thread's cache took one batch more than it claimed (see `top_up`).
-        let high = table.high_water();
-        assert_eq!(high as usize, 4 * BATCH, "a batch beyond what was claimed");
-        assert_eq!(
-            table.stored(),
-            high as usize,
-            "every slot handed out is back in the map, released or never claimed"
-        );
-        let mut again: Vec<u32> = (0..3 * BATCH).map(|_| table.claim().unwrap()).collect();
-        again.sort_unstable();
-        again.dedup();
-        assert_eq!(again.len(), 3 * BATCH, "each handed out once");
-        assert!(again.iter().all(|&slot| slot < high));
-        assert!(
-            claimed
-                .iter()
-                .filter(|slot| again.binary_search(slot).is_ok())
-                .count()
-                >= 2 * BATCH,
-            "mostly the released ones"
-        );
-        assert_eq!(table.high_water(), high, "no fresh slot needed");
     }
 
     /// Ends the timers of `slots` on a thread of its own, which ends with them: its cache
@@ -665,13 +723,86 @@ mod tests {
             .unwrap();
     }
 
+    #[test]
+    fn a_thread_that_ends_gives_back_every_slot_it_held() {
+        let table = Arc::new(TimerTable::new());
+        // Timers of many groups: the thread's groups and spare words hold slots when it ends.
+        let claimed = claim_elsewhere(&table, 3 * BATCH, |i| (i as u64 * 37) << GROUP_TICKS_LOG2);
+        release_elsewhere(&table, claimed.clone());
+        let high = table.high_water();
+        assert_eq!(
+            table.stored(),
+            high as usize,
+            "every slot handed out is back in the map, released or never claimed"
+        );
+        let mut again: Vec<u32> = (0..3 * BATCH)
+            .map(|i| table.claim(i as u64).unwrap())
+            .collect();
+        again.sort_unstable();
+        again.dedup();
+        assert_eq!(again.len(), 3 * BATCH, "each handed out once");
+        assert_eq!(table.high_water(), high, "no fresh slot needed");
+    }
+
+    /// Timers of one deadline group get the neighbouring slots of one word; timers of another
+    /// group, claimed in between, get another word.
+    #[test]
+    fn timers_due_together_get_neighbouring_slots() {
+        let table = TimerTable::new();
+        let soon = 5;
+        let later = soon + (1 << GROUP_TICKS_LOG2);
+        assert_ne!(Group::index(soon), Group::index(later));
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..100 {
+            a.push(table.claim(soon).unwrap());
+            b.push(table.claim(later).unwrap());
+        }
+        let run = |slots: &[u32]| slots.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        assert_eq!(run(&a[..64]), 0, "one word, in order: {a:?}");
+        assert_eq!(run(&b[..64]), 0, "one word, in order: {b:?}");
+        assert_eq!(a[0] / 64 * 64, a[0], "a whole word");
+        assert_ne!(a[0] / 64, b[0] / 64, "words of their own");
+        assert!(
+            a.iter().chain(&b).all(|&slot| slot < 4 * 64),
+            "from one fresh block"
+        );
+        assert_eq!(
+            Group::index(soon),
+            Group::index(soon + ((GROUPS as u64) << GROUP_TICKS_LOG2)),
+            "deadlines a lap of groups apart share one"
+        );
+    }
+
+    /// A timer cancelled on the thread that scheduled it, while its group's word is still in
+    /// use, leaves its slot to the group's next timer.
+    #[test]
+    fn a_slot_ended_soon_goes_back_to_its_group() {
+        let table = TimerTable::new();
+        let deadline = 700;
+        let slot = table.claim(deadline).unwrap();
+        let record = table.record_of(slot);
+        let (gen, _) = record.arm(deadline, crate::task::Task::once(|| {}));
+        assert!(matches!(
+            record.cancel(gen),
+            crate::shard::Cancelled::Now(_)
+        ));
+        table.release(slot);
+        assert_eq!(
+            table.claim(deadline),
+            Ok(slot),
+            "the group hands it out again"
+        );
+        let other = table.claim(deadline + (1 << GROUP_TICKS_LOG2)).unwrap();
+        assert_ne!(other, slot);
+    }
+
     /// Slots that timers ended in another thread, in whatever order, come back out in
-    /// address order: each once, no fresh slot needed, and the claiming cache's buffer never
+    /// address order: each once, no fresh slot needed, and the releasing cache's buffer never
     /// grows.
     #[test]
     fn released_slots_come_back_in_address_order() {
         let table = Arc::new(TimerTable::new());
-        let claimed: Vec<u32> = (0..8 * BATCH).map(|_| table.claim().unwrap()).collect();
+        let claimed = claim_elsewhere(&table, 8 * BATCH, |_| 0);
         let mut shuffled = claimed.clone();
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         for i in (1..shuffled.len()).rev() {
@@ -682,25 +813,24 @@ mod tests {
         }
         release_elsewhere(&table, shuffled);
         let high = table.high_water();
-        // This thread's cache still holds the slots its last refill brought; then the map's.
-        let left = (high as usize) - claimed.len();
-        let again: Vec<u32> = (0..left + 7 * BATCH)
-            .map(|_| table.claim().unwrap())
-            .collect();
-        let from_map = &again[left..];
+        let again: Vec<u32> = (0..high).map(|_| table.claim(0).unwrap()).collect();
         assert!(
-            from_map.windows(2).all(|w| w[0] < w[1]),
-            "in address order: {from_map:?}"
+            again.windows(2).all(|w| w[0] < w[1]),
+            "in address order: {again:?}"
         );
-        let mut sorted = again.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(sorted.len(), again.len(), "each handed out once");
+        assert_eq!(again, (0..high).collect::<Vec<_>>(), "each handed out once");
         assert_eq!(table.high_water(), high, "no fresh slot needed");
-        let capacity = CACHES.with(|caches| {
-            let caches = caches.borrow();
-            caches.list.iter().map(|c| c.slots.capacity()).max()
-        });
+        // A thread that only releases keeps at most two batches before the map takes them.
+        let table2 = Arc::clone(&table);
+        let capacity = std::thread::spawn(move || {
+            again.into_iter().for_each(|slot| table2.release(slot));
+            CACHES.with(|caches| {
+                let caches = caches.borrow();
+                caches.list.iter().map(|c| c.slots.capacity()).max()
+            })
+        })
+        .join()
+        .unwrap();
         assert_eq!(capacity, Some(2 * BATCH), "the cache never grew its buffer");
     }
 
@@ -709,13 +839,13 @@ mod tests {
     #[test]
     fn a_full_table_hands_out_the_maps_last_slots() {
         let table = Arc::new(TimerTable::with_limit(2 * BATCH as u32));
-        let claimed: Vec<u32> = (0..2 * BATCH).map(|_| table.claim().unwrap()).collect();
-        assert_eq!(table.claim(), Err(TableFull));
+        let claimed: Vec<u32> = (0..2 * BATCH).map(|_| table.claim(0).unwrap()).collect();
+        assert_eq!(table.claim(0), Err(TableFull));
         release_elsewhere(&table, claimed[..3].to_vec());
         assert_eq!(table.stored(), 3);
-        let again: Vec<u32> = (0..3).map(|_| table.claim().unwrap()).collect();
+        let again: Vec<u32> = (0..3).map(|_| table.claim(9).unwrap()).collect();
         assert_eq!(again, [0, 1, 2]);
-        assert_eq!(table.claim(), Err(TableFull));
+        assert_eq!(table.claim(9), Err(TableFull));
     }
 
     /// Threads claim and release at random, handing slots to one another through the map: no
@@ -738,7 +868,7 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         if x % 3 != 0 && mine.len() < 4 * BATCH {
-                            let slot = table.claim().unwrap();
+                            let slot = table.claim(x % 10_000).unwrap();
                             assert!(!held[slot as usize].swap(true, Ordering::SeqCst), "{slot}");
                             mine.push(slot);
                         } else if !mine.is_empty() {
@@ -762,35 +892,11 @@ mod tests {
         assert_eq!(table.stored(), high, "every slot is back in the map");
     }
 
-    /// A cache about to run dry takes the next batch under the slots it has left, so the
-    /// claims run on from those (whose records are being loaded) into the batch.
-    #[test]
-    fn a_cache_is_topped_up_before_it_runs_dry() {
-        let table = TimerTable::new();
-        // Fewer than `PREFETCH_AHEAD` left after this many.
-        let before_top_up = BATCH - PREFETCH_AHEAD + 1;
-        let first: Vec<u32> = (0..before_top_up).map(|_| table.claim().unwrap()).collect();
-        assert_eq!(first, (0..before_top_up as u32).collect::<Vec<_>>());
-        assert_eq!(
-            table.high_water(),
-            2 * BATCH as u32,
-            "the next batch is in the cache"
-        );
-        let next: Vec<u32> = (0..PREFETCH_AHEAD)
-            .map(|_| table.claim().unwrap())
-            .collect();
-        let expected: Vec<u32> = (before_top_up as u32..=BATCH as u32).collect();
-        assert_eq!(
-            next, expected,
-            "the old batch's last slots first, then the new batch"
-        );
-    }
-
     #[test]
     fn caches_of_tables_that_are_gone_are_pruned() {
         for _ in 0..100 {
             let table = TimerTable::new();
-            let slot = table.claim().unwrap();
+            let slot = table.claim(0).unwrap();
             table.release(slot);
         }
         let count = CACHES.with(|caches| caches.borrow().list.len());
