@@ -2,7 +2,7 @@
 //! free slots that come back to the threads that schedule.
 //!
 //! Records never move, so any thread reaches one from an id in O(1) without a lock: the table
-//! is a fixed directory of 512 Ki-record segments, each allocated on first use, so a big
+//! is a fixed directory of 1 Mi-record segments, each allocated on first use, so a big
 //! service never copies. A segment comes zeroed, which is what a fresh record is, so its pages
 //! become resident only as its records are first written (fresh slots go out lowest first):
 //! a small service stays small, and no allocation writes a whole segment while a producer
@@ -10,14 +10,15 @@
 //! past that, idle workers write its next records ahead of the producers
 //! ([`TimerTable::grow`]).
 //!
-//! Free slots travel in batches. Every thread keeps a small cache of free slots per shard: a
-//! producer takes its slots from there, and a thread that ends a timer (a worker that fired
-//! it, a caller that cancelled it) puts the slot back into its own cache. A cache that
-//! overflows puts a batch into the table's [`FreeMap`], a bit per slot, and a cache about to
-//! run dry takes about a batch from it, in address order, or else a block of fresh slots: so
-//! a producer writes records that neighbour each other (see `free_map.rs` for why that
-//! pays), and a slot it cancelled itself goes straight back out from its cache. A thread's
-//! cache goes back to the map when the thread ends.
+//! Free slots travel in words of 64 neighbouring slots. Every thread keeps a cache of free
+//! slots per shard. A producer takes a new timer's slot from the cache's group for the
+//! timer's deadline ([`Group`]): a word of the table's [`FreeMap`], so timers due together
+//! get neighbouring records, and the worker that fires them finds a tick's records on a few
+//! pages instead of one page each. A thread that ends a timer (a worker that fired it, a
+//! caller that cancelled it) puts the slot back into its own cache: into the group it came
+//! from while that group still hands out its word, else into a list that overflows into the
+//! map a batch at a time. A group that runs dry takes the next word from the map, in address
+//! order, or else fresh slots. A thread's cache goes back to the map when the thread ends.
 
 use std::alloc::Layout;
 use std::cell::RefCell;
@@ -85,8 +86,9 @@ struct Cache {
 
 /// Deadline groups in a thread's cache of a table. With [`GROUP_TICKS_LOG2`], 128 groups of
 /// 64 ticks span 8 192 ticks (8.2 s at the default 1 ms tick) before a later deadline wraps
-/// round into the group of an earlier one. 1 024 groups of 8 ticks saved the workers a
-/// little more and cost the producer more than they saved (docs/performance.md).
+/// round into the group of an earlier one, which costs locality, never correctness. 512
+/// groups of 16 ticks and 1 024 of 8 measured no better, and hold more free slots per thread
+/// (docs/performance.md).
 const GROUPS: usize = 128;
 /// A group spans 2^this ticks of deadline.
 const GROUP_TICKS_LOG2: u32 = 6;
@@ -103,11 +105,12 @@ const SPARE_WORDS: usize = BATCH / 64;
 /// timers, spread over the whole table (480 MiB at 10 M timers), and on a VM a load from a
 /// page the TLB does not hold costs a nested page walk: 170 ns at a 256 MiB span on the
 /// benchmark VM even when the line itself is cached (docs/performance.md). Records of one
-/// group are due within 64 ticks of each other, so a tick's timers lie on a few hundred
-/// pages, which the TLB holds. The price: a producer writes one record in each of up to
-/// [`GROUPS`] places instead of the next record along, and a thread holds up to
-/// `(GROUPS + SPARE_WORDS) × 64` free slots (8 448, 400 KiB of records) of each table it
-/// schedules on, where it held 512; they go back to the map when the thread ends.
+/// group are due within 64 ticks of each other: at a million timers a second, a tick's
+/// timers lie among the 3 MiB of about a thousand words, not across the table. The price:
+/// a producer writes the next record in one of up to [`GROUPS`] places instead of the next
+/// record along, and a thread holds up to `(GROUPS + SPARE_WORDS) × 64` free slots (8 448,
+/// 400 KiB of records) of each table it schedules on, where it held 512; they go back to
+/// the map when the thread ends.
 #[derive(Clone, Copy, Default)]
 struct Group {
     /// The word's first slot (a multiple of 64).
