@@ -749,8 +749,11 @@ fn stopping_leaves_the_runtime_free_while_the_service_shuts_down() {
 const OUT_OF_DESCRIPTORS_CHILD: &str = "IDLE_PROXY_TEST_OUT_OF_DESCRIPTORS";
 
 /// Lowers this process's open-file limit (soft) so that the next descriptor it opens fails
-/// with EMFILE: the limit becomes the lowest free descriptor number.
-fn run_out_of_descriptors() {
+/// with EMFILE: the limit becomes the lowest free descriptor number. A descriptor another
+/// thread closes in between (a thread of the runtime or of the service that read a file as it
+/// started) leaves a hole below the limit; the holes are opened and returned, to be held
+/// while the test runs.
+fn run_out_of_descriptors() -> Vec<std::fs::File> {
     use std::os::fd::AsRawFd;
     let lowest_free = std::fs::File::open("/dev/null")
         .expect("open /dev/null")
@@ -761,10 +764,15 @@ fn run_out_of_descriptors() {
         .status()
         .expect("run prlimit");
     assert!(status.success(), "prlimit failed: {status}");
+    let holes: Vec<_> = std::iter::from_fn(|| std::fs::File::open("/dev/null").ok())
+        .take(1024)
+        .collect();
+    assert!(holes.len() < 1024, "the limit does not hold");
     assert!(
         std::fs::File::open("/dev/null").is_err(),
         "a descriptor could still be opened"
     );
+    holes
 }
 
 #[test]
@@ -811,7 +819,7 @@ fn accept_errors_out_of_descriptors() {
         let proxy = tokio::spawn(proxy.run_until(async { stopped.await.unwrap_or(()) }));
         // Its descriptor is taken now; connecting needs none.
         let client = tokio::net::TcpSocket::new_v4().expect("client socket");
-        run_out_of_descriptors();
+        let _holes = run_out_of_descriptors();
         let _client = client.connect(addr).await.expect("connect");
         tokio::time::sleep(window).await;
         let errors = counters.accept_errors.load(Ordering::Relaxed);
