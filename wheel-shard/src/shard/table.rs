@@ -296,8 +296,13 @@ impl TimerTable {
                     self.refill_spare(&mut cache.spare);
                 }
                 let Some((base, free)) = cache.spare.pop() else {
-                    // No word free anywhere: the last slots this thread ended, if any.
-                    return cache.slots.pop().ok_or(TableFull);
+                    // No word free anywhere: a slot this thread ended, or one of its other
+                    // groups' (the table is full only when every slot is taken).
+                    return cache
+                        .slots
+                        .pop()
+                        .or_else(|| cache.groups.iter_mut().find_map(Group::pop))
+                        .ok_or(TableFull);
                 };
                 *group = Group { base, free };
             }
@@ -652,8 +657,12 @@ mod tests {
     #[test]
     fn a_full_table_says_so() {
         let table = TimerTable::with_limit(3);
-        let claimed: Vec<_> = (0..3).map(|_| table.claim(0).unwrap()).collect();
-        assert_eq!(claimed, [0, 1, 2]);
+        let other_group = 1 << GROUP_TICKS_LOG2;
+        assert_ne!(Group::index(0), Group::index(other_group));
+        let claimed: Vec<_> = [0, other_group, 0]
+            .map(|deadline| table.claim(deadline).unwrap())
+            .to_vec();
+        assert_eq!(claimed, [0, 1, 2], "the last word, shared by the groups");
         assert_eq!(table.claim(0), Err(TableFull), "the limit is reached");
         assert_eq!(table.claim(1 << 20), Err(TableFull), "and stays so");
         assert_eq!(table.high_water(), 3, "no slot past the limit");
