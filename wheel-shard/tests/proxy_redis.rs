@@ -460,7 +460,14 @@ fn a_busy_port_is_a_clear_error() {
 
 #[test]
 fn an_unreachable_upstream_is_a_clear_error() {
-    let nobody = SocketAddr::from((LOOPBACK, free_port()));
+    // A socket bound and not listening holds its port: a connect to it is refused, and no
+    // other test running alongside can take the port meanwhile (a port found free and let go
+    // could be, and once was).
+    let holder = tokio::net::TcpSocket::new_v4().expect("a socket");
+    holder
+        .bind(SocketAddr::from((LOOPBACK, 0)))
+        .expect("bind a free port");
+    let nobody = holder.local_addr().expect("local addr");
     let message = bind_error(SocketAddr::from((LOOPBACK, 0)), nobody).to_string();
     assert!(
         message.starts_with(&format!("upstream {nobody} is unreachable: ")),
