@@ -17,7 +17,7 @@
 //! A sweep (the `cursor`) walks the summary words of every segment in order and wraps.
 //!
 //! Ground rules (no slot lost, none handed out twice):
-//! - [`FreeMap::put`] and [`FreeMap::put_word`] set slots' bits in their word; if the word
+//! - [`FreeMap::put`] and [`FreeMap::put_words`] set slots' bits in their word; if the word
 //!   was zero they then set the word's summary bit.
 //! - [`FreeMap::take_word`] clears a summary bit, then swaps the word with zero: the bits the
 //!   swap returns are the taker's alone.
@@ -135,23 +135,28 @@ impl FreeMap {
 
     /// Marks `slots` free. Each must be one a thread held (claimed, not yet in the map).
     pub(crate) fn put(&self, slots: &[u32]) {
-        let per_segment = self.slots_per_segment();
         for &slot in slots {
-            let (slot, offset) = (slot as usize, slot as usize % per_segment);
-            self.bits(slot / per_segment)
-                .put(offset / 64, 1 << (offset % 64));
+            self.set_bits(slot, 1 << (slot % 64));
         }
         self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
     }
 
-    /// Marks the slots of `free` free (bit `b`: slot `base + b`; `base` a multiple of 64).
-    /// Each must be one a thread held.
-    pub(crate) fn put_word(&self, base: u32, free: u64) {
-        let (base, per_segment) = (base as usize, self.slots_per_segment());
-        self.bits(base / per_segment)
-            .put(base % per_segment / 64, free);
-        self.free
-            .fetch_add(u64::from(free.count_ones()), Ordering::Relaxed);
+    /// Marks the slots of each word's free bits free (bit `b`: slot `base + b`; `base` a
+    /// multiple of 64); words with no bit set are skipped. Each slot must be one a thread
+    /// held.
+    pub(crate) fn put_words(&self, words: impl IntoIterator<Item = (u32, u64)>) {
+        for (base, free) in words.into_iter().filter(|&(_, free)| free != 0) {
+            self.set_bits(base, free);
+            self.free
+                .fetch_add(u64::from(free.count_ones()), Ordering::Relaxed);
+        }
+    }
+
+    /// Sets `mask`'s bits in the word of `slot` (and its summary bit), without counting them.
+    fn set_bits(&self, slot: u32, mask: u64) {
+        let (slot, per_segment) = (slot as usize, self.slots_per_segment());
+        self.bits(slot / per_segment)
+            .put(slot % per_segment / 64, mask);
     }
 
     /// Takes the next word with free slots, in address order from where the last sweep
@@ -165,6 +170,7 @@ impl FreeMap {
         }
         let mut at = self.cursor.load(Ordering::Relaxed) % laps;
         let mut found = None;
+        // One summary word more than a lap: the first again, for bits put behind the sweep.
         for _ in 0..=laps {
             let (segment, index) = (at / per_segment_summary, at % per_segment_summary);
             if let Some(bits) = self.segments[segment].get() {
@@ -253,7 +259,7 @@ mod tests {
     #[test]
     fn a_word_goes_in_and_comes_out_whole() {
         let map = small();
-        map.put_word(320, 0b1011);
+        map.put_words([(320, 0b1011), (384, 0)]);
         map.put(&[322]);
         assert_eq!(map.free(), 4);
         assert_eq!(
@@ -262,8 +268,7 @@ mod tests {
             "one word, its first slot"
         );
         assert_eq!(map.free(), 0);
-        map.put_word(0, u64::MAX);
-        map.put_word(448, 1 << 63);
+        map.put_words([(0, u64::MAX), (448, 1 << 63)]);
         assert_eq!(
             map.take_word(),
             Some((448, 1 << 63)),
@@ -323,8 +328,9 @@ mod loom_models {
     use super::*;
     use loom::sync::Arc;
 
-    /// Two threads put slots of one word (one a whole word's bits at once) while a third takes: each slot ends up taken once,
-    /// by the racing take or by a take after everyone is done.
+    /// Two threads put slots of one word (one a whole word's bits at once) while a third
+    /// takes: each slot ends up taken once, by the racing take or by a take after everyone
+    /// is done.
     #[test]
     fn loom_a_take_racing_puts_loses_no_slot() {
         loom::model(|| {
@@ -332,7 +338,7 @@ mod loom_models {
             map.prepare(0);
             let word = {
                 let map = Arc::clone(&map);
-                loom::thread::spawn(move || map.put_word(0, 0b110))
+                loom::thread::spawn(move || map.put_words([(0, 0b110)]))
             };
             let slots = {
                 let map = Arc::clone(&map);

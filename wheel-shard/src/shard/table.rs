@@ -161,11 +161,7 @@ impl Drop for Cache {
         if let Some(map) = self.map.upgrade() {
             map.put(&self.slots);
             let groups = self.groups.iter().map(|group| (group.base, group.free));
-            for (base, free) in groups.chain(self.spare.iter().copied()) {
-                if free != 0 {
-                    map.put_word(base, free);
-                }
-            }
+            map.put_words(groups.chain(self.spare.iter().copied()));
         }
     }
 }
@@ -317,12 +313,13 @@ impl TimerTable {
         cached.unwrap_or_else(|_| self.claim_uncached())
     }
 
-    /// Adds words of free slots for the groups to `spare`: [`SPARE_WORDS`] from the map when
-    /// it holds a batch or more, else as many fresh ones, else the map's last few (a sweep
-    /// for those may cross the whole map, so only when there is no fresh slot left). Adds
-    /// none when every slot is taken.
+    /// Puts words of free slots for the groups into the empty `spare`, lowest last:
+    /// [`SPARE_WORDS`] from the map when it holds a batch or more, else as many fresh ones,
+    /// else the map's last few (a sweep for those may cross the whole map, so only when there
+    /// is no fresh slot left). Puts none when every slot is taken.
     #[cold]
     fn refill_spare(&self, spare: &mut Vec<(u32, u64)>) {
+        debug_assert!(spare.is_empty(), "a refill into an empty stash");
         if self.map.free() >= BATCH {
             spare.extend((0..SPARE_WORDS).map_while(|_| self.map.take_word()));
             spare.reverse();
@@ -356,11 +353,8 @@ impl TimerTable {
         let (base, free) = spare.pop().ok_or(TableFull)?;
         let mut group = Group { base, free };
         let slot = group.pop().expect("a word taken has a free slot");
-        for (base, free) in spare.into_iter().chain([(group.base, group.free)]) {
-            if free != 0 {
-                self.map.put_word(base, free);
-            }
-        }
+        self.map
+            .put_words(spare.into_iter().chain([(group.base, group.free)]));
         Ok(slot)
     }
 
