@@ -5,9 +5,9 @@
 //! and merged when the run ends. The hot path touches only thread-owned data plus one read of a
 //! global generation number that changes once per run: no shared counter to fight over.
 //!
-//! A callback appends its timer's index to its thread's [`FiredList`], a sequential write;
-//! which timers fired, and which more than once, is worked out from the lists when the run
-//! ends. (A bitset of every timer, set as callbacks run, would cost each callback a cache miss
+//! A callback appends its timer's index to its thread's [`FiredList`], a sequential write
+//! into memory made resident when the run started; which timers fired, and which more than
+//! once, is worked out from the lists when the run ends. (A bitset of every timer, set as callbacks run, would cost each callback a cache miss
 //! at 10 M timers, and the bench would charge that to the system under test.)
 //!
 //! A run can have several rounds ([`RunGuard::next_round`]): warm-up rounds on the same
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::harness::bitset::Bitset;
-use crate::harness::fired::FiredList;
+use crate::harness::fired::{FiredChunks, FiredList, FiredPool};
 use crate::harness::histogram::new_histogram;
 
 /// Bumped when a run starts or ends; a thread whose cached run has another generation
@@ -47,6 +47,8 @@ pub struct Run {
     /// Latest requested deadline per timer, for scenarios that reschedule; shared by every
     /// round, so a handle a system took at start keeps writing to the current table.
     deadlines: Option<Arc<[AtomicU64]>>,
+    /// This round's share-out of the run's fired lists' memory.
+    fired: Arc<FiredChunks>,
     threads: Mutex<Vec<Arc<ThreadSlot>>>,
 }
 
@@ -127,8 +129,10 @@ impl RunGuard {
             // Written now, so its pages are resident before the memory baseline is taken.
             (0..timers).map(|_| AtomicU64::new(0)).collect::<Arc<[_]>>()
         });
+        // Likewise the fired lists' memory (see `fired`).
+        let pool = Arc::new(FiredPool::new(timers));
         RunGuard {
-            run: begin(Instant::now(), timers, deadlines),
+            run: begin(Instant::now(), timers, deadlines, pool),
             strays_at_start: STRAYS.load(Ordering::Relaxed),
             _exclusive: exclusive,
         }
@@ -145,12 +149,15 @@ impl RunGuard {
                 .for_each(|deadline| deadline.store(0, Ordering::Relaxed));
         }
         let run = &self.run;
-        // The round's samples are dropped now, not when each thread next records, so the
-        // next round starts without them in memory.
+        // The round's samples are dropped now, not when each thread next records, and its
+        // chunks of the pool with them, so the next round can hand them out again. Closed
+        // first: a callback of this round that records late then uses memory of its own.
+        run.fired.close();
         for slot in lock(&run.threads).iter() {
-            lock(&slot.data).fired = FiredList::with_capacity(0);
+            lock(&slot.data).fired.clear();
         }
-        self.run = begin(run.epoch, run.timers, run.deadlines.clone());
+        let pool = Arc::clone(run.fired.pool());
+        self.run = begin(run.epoch, run.timers, run.deadlines.clone(), pool);
         self.strays_at_start = STRAYS.load(Ordering::Relaxed);
     }
 
@@ -198,7 +205,12 @@ impl Drop for RunGuard {
 
 /// Makes a new run (or round) current under a new generation, so every callback thread
 /// attaches to it on its next sample.
-fn begin(epoch: Instant, timers: usize, deadlines: Option<Arc<[AtomicU64]>>) -> Arc<Run> {
+fn begin(
+    epoch: Instant,
+    timers: usize,
+    deadlines: Option<Arc<[AtomicU64]>>,
+    pool: Arc<FiredPool>,
+) -> Arc<Run> {
     let mut current = lock(&CURRENT);
     let generation = GENERATION.load(Ordering::Relaxed) + 1;
     let run = Arc::new(Run {
@@ -206,6 +218,7 @@ fn begin(epoch: Instant, timers: usize, deadlines: Option<Arc<[AtomicU64]>>) -> 
         epoch,
         timers,
         deadlines,
+        fired: FiredChunks::new(pool),
         threads: Mutex::new(Vec::new()),
     });
     *current = Some(Arc::clone(&run));
@@ -226,7 +239,7 @@ fn merge_into(samples: &mut Samples, data: &ThreadData, timers: usize) {
     let _ = samples.blocked.add(&data.blocked);
     // A thread cannot fire more distinct timers than the run has: what did not fit repeated.
     samples.duplicates += data.fired.dropped() as u64;
-    for &index in data.fired.as_slice() {
+    for index in data.fired.iter() {
         // An index outside the run is not a timer of it (a stray from another run's task).
         if (index as usize) < timers && samples.seen.insert(index as usize) {
             samples.duplicates += 1;
@@ -273,7 +286,7 @@ fn attach(generation: u64) -> Option<Attached> {
         data: Mutex::new(ThreadData {
             lateness: new_histogram(),
             blocked: new_histogram(),
-            fired: FiredList::with_capacity(run.timers),
+            fired: FiredList::new(Arc::clone(&run.fired), run.timers),
             early: 0,
         }),
     });
