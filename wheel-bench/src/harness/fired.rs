@@ -284,7 +284,10 @@ mod tests {
         }
         let kept = collect(&list);
         assert_eq!(kept.len(), in_pool + 3);
-        assert_eq!(kept[..in_pool + 3], (0..in_pool as u32 + 3).collect::<Vec<_>>());
+        assert_eq!(
+            kept[..in_pool + 3],
+            (0..in_pool as u32 + 3).collect::<Vec<_>>()
+        );
         assert_eq!(list.dropped(), 1);
     }
 
