@@ -12,6 +12,7 @@ use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
+use crate::runtime::priority;
 use crate::runtime::tick::{hand_back, TickLoop};
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
@@ -372,6 +373,7 @@ impl TimerService {
             callback_time: Lateness::from_histogram(distributions.callback_time),
             queue_delay: Lateness::from_histogram(distributions.queue_delay),
             slow_callbacks: core.executor.slow_callbacks(),
+            realtime_ticks: core.realtime_ticks.load(Ordering::Relaxed),
         }
     }
 
@@ -471,6 +473,21 @@ fn join_unless_current<T>(handle: JoinHandle<T>) -> Option<T> {
     }
 }
 
+/// Moves tick thread `index` to real-time priority (`Config::realtime_ticks`), or warns that
+/// it stays at normal priority.
+fn make_tick_thread_realtime<T>(core: &Core, index: usize, handle: &JoinHandle<T>) {
+    match priority::make_realtime(handle) {
+        Ok(()) => {
+            core.realtime_ticks.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) => tracing::warn!(
+            shard = index,
+            %error,
+            "realtime_ticks: the OS refused real-time priority; the tick thread runs at normal priority"
+        ),
+    }
+}
+
 fn spawn_threads(
     core: &Arc<Core>,
     locals: Vec<crossbeam_deque::Worker<Run>>,
@@ -506,6 +523,9 @@ fn spawn_threads(
                 TickLoop::new(&thread_core, index, wheel).run()
             })?;
         core.shards[index].set_thread(handle.thread().clone());
+        if core.config.realtime_ticks {
+            make_tick_thread_realtime(core, index, &handle);
+        }
         threads.ticks.push(handle);
     }
     for (index, local) in locals.into_iter().enumerate() {

@@ -58,6 +58,10 @@ pub struct Stats {
     /// `tracing` at `warn`, naming the timer and its run time, at most once a second per worker
     /// (the line says how many it held back).
     pub slow_callbacks: u64,
+    /// Tick threads running under real-time priority: the shard count when
+    /// [`Config::realtime_ticks`](crate::Config::realtime_ticks) is set and the OS allowed
+    /// it, otherwise 0.
+    pub realtime_ticks: usize,
 }
 
 /// A distribution of durations with its usual percentiles: [`Stats::lateness`] (when each

@@ -39,6 +39,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
         transfer_batch = 10
         ring_capacity = 1000
         pin_threads = false
+        realtime_ticks = true
         saturation_timeout = "2s"
         capacity = 50000
         slow_callback = "20ms"
@@ -56,6 +57,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
             transfer_batch: 10,
             ring_capacity: 1000,
             pin_threads: false,
+            realtime_ticks: true,
             saturation_timeout: Duration::from_secs(2),
             capacity: 50_000,
             slow_callback: Duration::from_millis(20),
@@ -210,6 +212,7 @@ fn environment_variables_override_fields() {
         ("WHEEL_TRANSFER_BATCH", "500"),
         ("WHEEL_RING_CAPACITY", "4096"),
         ("WHEEL_PIN_THREADS", "false"),
+        ("WHEEL_REALTIME_TICKS", "true"),
         ("WHEEL_SATURATION_TIMEOUT", "1s"),
         ("WHEEL_CAPACITY", "2_000_000"),
         ("WHEEL_SLOW_CALLBACK", "5ms"),
@@ -231,6 +234,7 @@ fn environment_variables_override_fields() {
             transfer_batch: 500,
             ring_capacity: 4096,
             pin_threads: false,
+            realtime_ticks: true,
             saturation_timeout: Duration::from_secs(1),
             capacity: 2_000_000,
             slow_callback: Duration::from_millis(5),

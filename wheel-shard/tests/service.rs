@@ -759,3 +759,77 @@ fn a_reserved_capacity_takes_a_burst_at_once() {
     assert_eq!(timers.stats().fired, 200_000);
     assert!(timers.shutdown().is_empty());
 }
+
+/// Whether this process may run a thread under `SCHED_FIFO` (root, `CAP_SYS_NICE`, or an
+/// `RLIMIT_RTPRIO` of at least 1): tried on a thread of its own.
+fn may_use_sched_fifo() -> bool {
+    std::thread::spawn(|| {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: a valid `sched_param`; changes only this short-lived thread's policy.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    })
+    .join()
+    .unwrap()
+}
+
+/// Tick threads of this process (named `wheel-tick-*`) that run under `SCHED_FIFO`, read from
+/// each thread's `/proc` stat (its 41st field is the policy; 1 is `SCHED_FIFO`).
+fn fifo_tick_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            let after_name = &stat[stat.rfind(')')? + 1..];
+            let policy: u32 = after_name.split_whitespace().nth(41 - 3)?.parse().ok()?;
+            (name.starts_with("wheel-tick-") && policy == 1).then_some(())
+        })
+        .count()
+}
+
+#[test]
+fn realtime_ticks_run_the_tick_threads_under_sched_fifo_where_the_os_allows_it() {
+    let realtime = TimerService::new(Config {
+        shards: 2,
+        executor_threads: 1,
+        realtime_ticks: true,
+        ..Config::default()
+    })
+    .unwrap();
+    // Timers fire whether or not the OS allowed it.
+    let (fired, ran) = mpsc::channel();
+    realtime
+        .schedule(Duration::from_millis(5), move || fired.send(()).unwrap())
+        .unwrap();
+    ran.recv_timeout(Duration::from_secs(10)).unwrap();
+    let got = realtime.stats().realtime_ticks;
+    if !may_use_sched_fifo() {
+        assert_eq!(
+            got, 0,
+            "the OS refuses SCHED_FIFO here, yet {got} tick threads have it"
+        );
+        skip::record(
+            "this process may not use SCHED_FIFO (it needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 1)",
+            "run it as root, or after `ulimit -r 1`",
+        );
+        return;
+    }
+    assert_eq!(got, 2);
+    if std::path::Path::new("/proc/self/task").exists() {
+        assert_eq!(fifo_tick_threads(), 2);
+    }
+    // Not asked for, not given.
+    let normal = service_with(Config {
+        shards: 2,
+        ..Config::default()
+    });
+    assert_eq!(normal.stats().realtime_ticks, 0);
+    drop(realtime);
+    assert!(
+        eventually(SOON, || fifo_tick_threads() == 0),
+        "real-time tick threads outlive their service"
+    );
+}

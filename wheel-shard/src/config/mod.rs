@@ -66,6 +66,21 @@ pub struct Config {
     /// the cores with them, a pinned tick thread cannot be moved off the core a busy producer
     /// runs on, and the two halve it (`docs/performance.md` has the measurement).
     pub pin_threads: bool,
+    /// Run tick threads under `SCHED_FIFO` at the lowest real-time priority, so a tick thread
+    /// that wakes takes its core from any normal thread at once instead of waiting for it.
+    /// Default false. Linux only; where the OS refuses (it takes `CAP_SYS_NICE` or an
+    /// `RLIMIT_RTPRIO` of at least 1), the tick threads run at normal priority, a warning is
+    /// logged, and [`Stats::realtime_ticks`](crate::Stats::realtime_ticks) says how many got
+    /// it.
+    ///
+    /// This pays where the application's threads keep the cores busy: there, at normal
+    /// priority, a tick thread can wait a scheduler slice or more (milliseconds) for its core,
+    /// and the timers due meanwhile are that late. The price is the application's: a tick
+    /// thread with work (moving a burst of new timers into its wheel, handing out what falls
+    /// due) now runs before the application's threads on its core, so a producer scheduling
+    /// flat out goes slower. Workers keep normal priority, since they run user callbacks
+    /// (`docs/performance.md` has the measurement).
+    pub realtime_ticks: bool,
     /// How long `schedule` waits for room in a full ring before it returns
     /// `ScheduleError::Saturated`. Default 100 ms.
     #[serde(with = "humantime_serde")]
@@ -150,6 +165,7 @@ impl Default for Config {
             transfer_batch: 100_000,
             ring_capacity: 1 << 16,
             pin_threads: false,
+            realtime_ticks: false,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
             slow_callback: Duration::from_millis(100),

@@ -31,6 +31,8 @@ pub(crate) struct Core {
     pub(crate) strays: AtomicU64,
     /// Timers handed back by `shutdown`.
     pub(crate) handed_back: AtomicU64,
+    /// Tick threads the OS let run under real-time priority (`Stats::realtime_ticks`).
+    pub(crate) realtime_ticks: AtomicUsize,
     pub(crate) limit: PendingLimit,
     pub(crate) rejected: AtomicU64,
     /// A worker is writing records ahead (see [`Core::grow_a_table`]).
@@ -147,6 +149,7 @@ impl Core {
             drop_panics: AtomicU64::new(0),
             strays: AtomicU64::new(0),
             handed_back: AtomicU64::new(0),
+            realtime_ticks: AtomicUsize::new(0),
             clock,
             settle: Settle::default(),
             shards,

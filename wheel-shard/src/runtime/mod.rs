@@ -3,5 +3,6 @@
 
 pub(crate) mod core;
 pub(crate) mod manual_clock;
+pub(crate) mod priority;
 pub(crate) mod tick;
 pub(crate) mod worker;
