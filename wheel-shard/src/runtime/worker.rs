@@ -94,11 +94,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     };
     loop {
         fill_ahead(core, &local, &mut own);
-        let next = own
-            .ahead
-            .pop_front()
-            .or_else(|| executor.find_task(index, &local, depth(&own)));
-        if let Some(run) = next {
+        if let Some(run) = own.ahead.pop_front() {
             take(core, run, &mut own);
             if own.manual {
                 // SeqCst, as `advance` reads it (manual clock only).
@@ -120,17 +116,43 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     }
 }
 
-/// Tops up the references in hand from the worker's own deque, prefetching their records.
+/// Tops up the references in hand, prefetching their records: from the worker's own deque,
+/// and once half of them or fewer are left, with a batch found by `find_task` (the hand-out
+/// queues, then other workers). Topping up before the hand runs dry keeps the next records on
+/// their way while the worker runs the current ones; a hand filled only once empty would wait
+/// on the first record of every batch.
+///
+/// Of a new batch, only the first reference goes into the hand now: the rest stay in the
+/// deque, where other workers can steal them, until the next call. So a callback that waits
+/// for another one due with it (two callbacks meeting at a barrier) never waits on a
+/// reference its own worker holds.
 fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
     let depth = depth(own);
     own.shallow_for = own.shallow_for.saturating_sub(1);
+    take_into_hand(core, local, own, depth);
+    if own.ahead.len() > depth / 2 {
+        return;
+    }
+    let wanted = depth - own.ahead.len();
+    if let Some(run) = core.executor.find_task(own.index, local, wanted) {
+        hold(core, own, run);
+    }
+}
+
+/// Moves references from the worker's own deque into its hand until it holds `depth`.
+fn take_into_hand(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn, depth: usize) {
     while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
-        if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
-            record.prefetch();
-        }
-        own.ahead.push_back(run);
+        hold(core, own, run);
     }
+}
+
+/// Puts `run` in the worker's hand and prefetches its record.
+fn hold(core: &Core, own: &mut WorkerOwn, run: Run) {
+    if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
+        record.prefetch();
+    }
+    own.ahead.push_back(run);
 }
 
 /// How many references the worker keeps in hand now (see the module doc), and so how many it
