@@ -1,11 +1,11 @@
 //! Real-time priority for tick threads ([`Config::realtime_ticks`](crate::Config)).
 //!
 //! A tick thread needs a core for a short while each tick, on time. At normal priority it
-//! waits for one behind whatever else that core runs: while a producer schedules 10 M timers
-//! on a 2-core machine, the tick threads waited up to 7.7 ms for a core (`perf sched`), and
-//! that wait was most of the p99.99 lateness (`docs/performance.md`). Under `SCHED_FIFO`, at
-//! [`PRIORITY`], the lowest real-time priority, a tick thread that wakes takes its core from
-//! any normal thread at once.
+//! waits for one behind whatever else that core runs: where the application keeps every core
+//! busy (a producer scheduling flat out), that is a scheduler slice or more, milliseconds, and
+//! the timers due meanwhile are that late (`docs/performance.md` has the measurement). Under
+//! `SCHED_FIFO`, at [`PRIORITY`], the lowest real-time priority, a tick thread that wakes
+//! takes its core from any normal thread at once.
 //!
 //! Why this is safe to offer: a tick thread runs no user code, and its work per tick is
 //! bounded (`transfer_batch` commands, then what falls due); and Linux's real-time throttling

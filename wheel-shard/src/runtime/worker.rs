@@ -94,7 +94,11 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     };
     loop {
         fill_ahead(core, &local, &mut own);
-        if let Some(run) = own.ahead.pop_front() {
+        let next = own
+            .ahead
+            .pop_front()
+            .or_else(|| executor.find_task(index, &local, depth(&own)));
+        if let Some(run) = next {
             take(core, run, &mut own);
             if own.manual {
                 // SeqCst, as `advance` reads it (manual clock only).
@@ -116,43 +120,17 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     }
 }
 
-/// Tops up the references in hand, prefetching their records: from the worker's own deque,
-/// and, once [`refill_at`] or fewer are left, with a batch found by `find_task` (the hand-out
-/// queues, then other workers). While callbacks are short, topping up before the hand runs
-/// dry keeps the next records on their way while the worker runs the current ones; a hand
-/// filled only once empty waits on the first record of every batch.
-///
-/// Of a new batch, only the first reference goes into the hand now: the rest stay in the
-/// deque, where other workers can steal them, until the next call. So a callback that waits
-/// for another one due with it (two callbacks meeting at a barrier) never waits on a
-/// reference its own worker holds.
+/// Tops up the references in hand from the worker's own deque, prefetching their records.
 fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
     let depth = depth(own);
     own.shallow_for = own.shallow_for.saturating_sub(1);
-    take_into_hand(core, local, own, depth);
-    if own.ahead.len() > refill_at(own) {
-        return;
-    }
-    let wanted = depth - own.ahead.len();
-    if let Some(run) = core.executor.find_task(own.index, local, wanted) {
-        hold(core, own, run);
-    }
-}
-
-/// Moves references from the worker's own deque into its hand until it holds `depth`.
-fn take_into_hand(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn, depth: usize) {
     while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
-        hold(core, own, run);
+        if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
+            record.prefetch();
+        }
+        own.ahead.push_back(run);
     }
-}
-
-/// Puts `run` in the worker's hand and prefetches its record.
-fn hold(core: &Core, own: &mut WorkerOwn, run: Run) {
-    if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
-        record.prefetch();
-    }
-    own.ahead.push_back(run);
 }
 
 /// How many references the worker keeps in hand now (see the module doc), and so how many it
@@ -162,19 +140,6 @@ fn depth(own: &WorkerOwn) -> usize {
         SHALLOW
     } else {
         DEEP
-    }
-}
-
-/// How few references in hand make the worker look for a new batch: half of [`DEEP`] while
-/// callbacks are short, and none after a long run. A worker whose callbacks block now and then
-/// takes new work only when its hand is empty, so as little as possible waits behind the next
-/// one that blocks (the `slow` scenario's p99 rose by half a millisecond when it topped up at
-/// half there too).
-fn refill_at(own: &WorkerOwn) -> usize {
-    if own.shallow_for > 0 {
-        0
-    } else {
-        DEEP / 2
     }
 }
 
