@@ -9,9 +9,8 @@
 //! the pool out afresh ([`FiredChunks`]): a list takes a chunk of [`CHUNK`] indices at a time,
 //! under a lock taken once per chunk. So:
 //!
-//! - no callback faults a page in. A list mapped lazily did, once per 1 024 callbacks, and on
-//!   this project's VM a first touch costs about 30 µs (the host backs the page only then):
-//!   some 30 ns a timer of the executors' CPU at 10 M, charged to the system under test;
+//! - no callback faults a page in: a list mapped lazily did, once per 1 024 callbacks, inside
+//!   the measured round, on the system's threads;
 //! - the bytes-per-timer figure, which reads the process's RSS against that baseline, holds
 //!   none of the lists' memory.
 //!
