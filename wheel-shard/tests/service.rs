@@ -792,13 +792,11 @@ fn fifo_tick_threads() -> usize {
 
 #[test]
 fn realtime_ticks_run_the_tick_threads_under_sched_fifo_where_the_os_allows_it() {
-    let realtime = TimerService::new(Config {
-        shards: 2,
-        executor_threads: 1,
+    // Two shards (`service_with`).
+    let realtime = service_with(Config {
         realtime_ticks: true,
         ..Config::default()
-    })
-    .unwrap();
+    });
     // Timers fire whether or not the OS allowed it.
     let (fired, ran) = mpsc::channel();
     realtime
