@@ -18,6 +18,35 @@ pub(crate) use std::sync::{Condvar, Mutex};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{park, park_timeout, Thread};
 
+/// Starts loading the cache line that holds `address` into this core's cache, to be read. A
+/// hint: it never faults and changes no memory, whatever the address. Nothing under loom or
+/// off x86_64.
+#[inline(always)]
+pub(crate) fn prefetch<T>(address: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: a prefetch never faults and changes no memory. SSE is part of the x86_64
+    // baseline.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(address.cast());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = address;
+}
+
+/// [`prefetch`], for a line about to be written.
+#[inline(always)]
+pub(crate) fn prefetch_for_write<T>(address: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: as in `prefetch`.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+        _mm_prefetch::<_MM_HINT_ET0>(address.cast());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = address;
+}
+
 /// Waits a moment for another thread that is inside a short critical step.
 pub(crate) fn spin_wait(backoff: &crossbeam_utils::Backoff) {
     #[cfg(loom)]

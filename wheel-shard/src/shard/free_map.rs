@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{self, AtomicU64, AtomicUsize, Ordering};
 
 /// Slots [`FreeMap::put`] prefetches ahead of the one it sets.
 const PUT_AHEAD: usize = 8;
@@ -61,20 +61,6 @@ impl SegmentBits {
         if before == 0 {
             self.summary[word / 64].fetch_or(1 << (word % 64), Ordering::AcqRel);
         }
-    }
-
-    /// Starts loading word `word` into this core's cache (a hint: it changes nothing).
-    fn prefetch(&self, word: usize) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let address = (&self.words[word] as *const AtomicU64).cast::<i8>();
-            // SAFETY: a prefetch never faults and changes no memory; the address is that of a
-            // live word. SSE is part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(address) };
-        }
-        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-        let _ = word;
     }
 
     /// Takes the first word with free slots under summary word `index`: (its index under
@@ -181,19 +167,24 @@ impl FreeMap {
         }
     }
 
+    /// The segment of `slot`, and the word within it that holds its bit.
+    fn locate(&self, slot: u32) -> (usize, usize) {
+        let (slot, per_segment) = (slot as usize, self.slots_per_segment());
+        (slot / per_segment, slot % per_segment / 64)
+    }
+
     /// Starts loading the word of `slot` into this core's cache, if its segment has bits.
     fn prefetch_word(&self, slot: u32) {
-        let (slot, per_segment) = (slot as usize, self.slots_per_segment());
-        if let Some(bits) = self.segments[slot / per_segment].get() {
-            bits.prefetch(slot % per_segment / 64);
+        let (segment, word) = self.locate(slot);
+        if let Some(bits) = self.segments[segment].get() {
+            sync::prefetch(&bits.words[word]);
         }
     }
 
     /// Sets `mask`'s bits in the word of `slot` (and its summary bit), without counting them.
     fn set_bits(&self, slot: u32, mask: u64) {
-        let (slot, per_segment) = (slot as usize, self.slots_per_segment());
-        self.bits(slot / per_segment)
-            .put(slot % per_segment / 64, mask);
+        let (segment, word) = self.locate(slot);
+        self.bits(segment).put(word, mask);
     }
 
     /// Takes the next word with free slots, in address order from where the last sweep

@@ -43,7 +43,7 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::Backoff;
 
-use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{self, spin_wait, AtomicU64, Ordering, UnsafeCell};
 use crate::task::Task;
 
 const STATE: u64 = 0b111;
@@ -58,7 +58,6 @@ const REPEATING: u64 = 1 << 4;
 const TICKET_SHIFT: u32 = 8;
 const TICKET: u64 = 0xff << TICKET_SHIFT;
 /// The offset of a record's last byte: a record may straddle two cache lines.
-#[cfg(all(target_arch = "x86_64", not(loom)))]
 const LAST_BYTE: usize = std::mem::size_of::<Record>() - 1;
 const GENERATION_SHIFT: u32 = 16;
 /// Bits of a record's generation: it wraps after 2^48 timers through one record.
@@ -437,32 +436,17 @@ impl Record {
     /// Starts loading the record into this core's cache (a hint: no fault, no effect): both of
     /// its lines when it straddles two.
     pub(crate) fn prefetch(&self) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: a prefetch never faults and changes no memory; the address is that of a
-            // live reference. SSE is part of the x86_64 baseline.
-            let first = (self as *const Record).cast::<i8>();
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(first);
-                _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(LAST_BYTE));
-            }
-        }
+        let first = (self as *const Record).cast::<u8>();
+        sync::prefetch(first);
+        sync::prefetch(first.wrapping_add(LAST_BYTE));
     }
 
     /// Starts loading the record into this core's cache to be written (a hint, as
     /// [`Record::prefetch`]).
     pub(crate) fn prefetch_for_write(&self) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-            let first = (self as *const Record).cast::<i8>();
-            // SAFETY: as in `prefetch`.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_ET0>(first);
-                _mm_prefetch::<_MM_HINT_ET0>(first.wrapping_add(LAST_BYTE));
-            }
-        }
+        let first = (self as *const Record).cast::<u8>();
+        sync::prefetch_for_write(first);
+        sync::prefetch_for_write(first.wrapping_add(LAST_BYTE));
     }
 }
 
