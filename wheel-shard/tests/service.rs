@@ -590,17 +590,26 @@ fn an_idle_service_does_not_wake() {
     );
 }
 
+/// This process's threads named `wheel-*`: each one's name and `/proc` directory (none where
+/// there is no `/proc/self/task`).
+fn wheel_tasks() -> Vec<(String, std::path::PathBuf)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            Some((name.trim().to_string(), path))
+        })
+        .filter(|(name, _)| name.starts_with("wheel-"))
+        .collect()
+}
+
 #[test]
 fn threads_are_named_and_joined_when_the_last_handle_drops() {
     fn wheel_threads() -> Vec<String> {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-            return Vec::new();
-        };
-        tasks
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .map(|name| name.trim().to_string())
-            .filter(|name| name.starts_with("wheel-"))
-            .collect()
+        wheel_tasks().into_iter().map(|(name, _)| name).collect()
     }
     if !std::path::Path::new("/proc/self/task").exists() {
         skip::record(
@@ -775,18 +784,19 @@ fn may_use_sched_fifo() -> bool {
 /// Tick threads of this process (named `wheel-tick-*`) that run under `SCHED_FIFO`, read from
 /// each thread's `/proc` stat (its 41st field is the policy; 1 is `SCHED_FIFO`).
 fn fifo_tick_threads() -> usize {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .filter_map(|task| {
-            let path = task.ok()?.path();
-            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+    wheel_tasks()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("wheel-tick-"))
+        .filter_map(|(_, path)| {
             let stat = std::fs::read_to_string(path.join("stat")).ok()?;
             let after_name = &stat[stat.rfind(')')? + 1..];
-            let policy: u32 = after_name.split_whitespace().nth(41 - 3)?.parse().ok()?;
-            (name.starts_with("wheel-tick-") && policy == 1).then_some(())
+            after_name
+                .split_whitespace()
+                .nth(41 - 3)?
+                .parse::<u32>()
+                .ok()
         })
+        .filter(|&policy| policy == 1)
         .count()
 }
 
@@ -820,10 +830,7 @@ fn realtime_ticks_run_the_tick_threads_under_sched_fifo_where_the_os_allows_it()
         assert_eq!(fifo_tick_threads(), 2);
     }
     // Not asked for, not given.
-    let normal = service_with(Config {
-        shards: 2,
-        ..Config::default()
-    });
+    let normal = service_with(Config::default());
     assert_eq!(normal.stats().realtime_ticks, 0);
     drop(realtime);
     assert!(

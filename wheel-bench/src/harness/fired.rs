@@ -48,7 +48,7 @@ impl FiredPool {
             start: NonNull::dangling(),
             chunks: 0,
         };
-        let Some(bytes) = (chunks * CHUNK).checked_mul(4) else {
+        let Some(bytes) = chunks.checked_mul(CHUNK * 4) else {
             return empty;
         };
         // SAFETY: an anonymous private mapping at an address of the OS's choice; no existing

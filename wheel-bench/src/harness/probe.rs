@@ -7,8 +7,9 @@
 //!
 //! A callback appends its timer's index to its thread's [`FiredList`], a sequential write
 //! into memory made resident when the run started; which timers fired, and which more than
-//! once, is worked out from the lists when the run ends. (A bitset of every timer, set as callbacks run, would cost each callback a cache miss
-//! at 10 M timers, and the bench would charge that to the system under test.)
+//! once, is worked out from the lists when the run ends. (A bitset of every timer, set as
+//! callbacks run, would cost each callback a cache miss at 10 M timers, and the bench would
+//! charge that to the system under test.)
 //!
 //! A run can have several rounds ([`RunGuard::next_round`]): warm-up rounds on the same
 //! system instance before the measured one. Each round starts with fresh samples, so the
