@@ -3,29 +3,76 @@
 //!
 //! A worker going to sleep takes the lock, counts itself in `sleepers`, then looks for work
 //! and at `stop` once more before it waits. A tick thread queues its tasks, then reads
-//! `sleepers` and takes the lock to notify only when someone is counted. A SeqCst fence on each
-//! side between its write and its read makes at least one see the other, so a task is never
-//! left queued with every worker asleep; and since a counted worker holds the lock until it
-//! waits, a notify never arrives before the wait it is meant for.
+//! `sleepers` and takes the lock to wake someone only when someone is counted. A SeqCst fence
+//! on each side between its write and its read makes at least one see the other, so a task is
+//! never left queued with every worker asleep; and since a counted worker holds the lock until
+//! it waits, a wake-up never arrives before the wait it is meant for.
+//!
+//! On this VM every wake-up of a sleeping thread costs the machine 5–20 µs, as much as a
+//! hundred short callbacks (docs/performance.md), so a tick thread wakes one worker for what it
+//! queues, and only when no worker is free to take it ([`Idle::rouse`]): free means awake and
+//! not stuck in a long run, or woken already and on its way. Under the lock the count of
+//! waiting and of woken-but-not-yet-back workers is exact, and a worker that is awake will look
+//! at the queues before it sleeps again, so relying on it loses nothing. A free worker may
+//! still get stuck in its next run; the tick thread then looks again a tick later
+//! (`runtime/rouse.rs`).
 //!
 //! The lock, the condition variable and the atomics come from [`crate::sync`], so the models
 //! below check the protocol under loom, with a loom atomic standing in for the queues.
 
-use crate::sync::{fence, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// The executor's sleeping workers: how many there are, and how to wake them.
 pub(crate) struct Idle {
     sleepers: AtomicUsize,
-    sleep_lock: Mutex<()>,
+    asleep: Mutex<Asleep>,
     wake: Condvar,
     stop: AtomicBool,
+}
+
+/// Who is waiting, under [`Idle`]'s lock.
+#[derive(Default)]
+struct Asleep {
+    /// Workers inside the condition variable's wait.
+    waiting: usize,
+    /// Of those, how many were woken and have not yet come back (at most `waiting`; a worker
+    /// that comes back without being woken takes one off too, so this never counts more).
+    roused: usize,
+}
+
+/// What [`Idle::rouse`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Roused {
+    /// Nobody sleeps: the awake workers will find the tasks.
+    NoneAsleep,
+    /// A worker is free to take the tasks, so nobody was woken.
+    Free,
+    /// One worker was woken.
+    One,
+    /// Every sleeping worker was woken.
+    All,
+}
+
+impl Asleep {
+    /// Wakes one waiting worker not woken already, if there is one.
+    fn rouse_one(&mut self, wake: &Condvar) {
+        if self.roused < self.waiting {
+            self.roused += 1;
+            wake.notify_one();
+        }
+    }
+
+    fn rouse_all(&mut self, wake: &Condvar) {
+        self.roused = self.waiting;
+        wake.notify_all();
+    }
 }
 
 impl Idle {
     pub(crate) fn new() -> Self {
         Idle {
             sleepers: AtomicUsize::new(0),
-            sleep_lock: Mutex::new(()),
+            asleep: Mutex::new(Asleep::default()),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
         }
@@ -41,19 +88,40 @@ impl Idle {
         if sleepers == 0 || handed == 0 {
             return;
         }
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if handed >= sleepers {
-            self.wake.notify_all();
+        let mut asleep = self.lock();
+        if handed >= asleep.waiting {
+            asleep.rouse_all(&self.wake);
         } else {
-            (0..handed).for_each(|_| self.wake.notify_one());
+            (0..handed).for_each(|_| asleep.rouse_one(&self.wake));
         }
+    }
+
+    /// For tasks just queued, of `workers` workers of which `stuck` are in long runs: wakes one
+    /// sleeping worker unless a worker is free to take them (see the module doc), or every
+    /// sleeping worker when `backlog` says the queued tasks are falling behind.
+    pub(crate) fn rouse(&self, workers: usize, stuck: usize, backlog: bool) -> Roused {
+        // Pairs with the fence in `sleep`, as in `notify`.
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) == 0 {
+            return Roused::NoneAsleep;
+        }
+        let mut asleep = self.lock();
+        if backlog {
+            asleep.rouse_all(&self.wake);
+            return Roused::All;
+        }
+        let awake = workers.saturating_sub(asleep.waiting);
+        if awake.saturating_sub(stuck) + asleep.roused > 0 {
+            return Roused::Free;
+        }
+        asleep.rouse_one(&self.wake);
+        Roused::One
     }
 
     /// Lets workers exit once the queues are empty, waking every sleeper to see it.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.wake.notify_all();
+        self.lock().rouse_all(&self.wake);
     }
 
     /// Whether [`Idle::stop`] was called.
@@ -62,17 +130,25 @@ impl Idle {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Worker: sleeps until notified, unless `has_work` (which reads the queues with SeqCst)
+    /// Worker: sleeps until woken, unless `has_work` (which reads the queues with SeqCst)
     /// finds a task queued meanwhile or the executor is stopping. It may return without a
     /// task: the caller looks again.
     pub(crate) fn sleep(&self, has_work: impl FnOnce() -> bool) {
-        let guard = self.sleep_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut asleep = self.lock();
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !has_work() && !self.stop.load(Ordering::SeqCst) {
-            drop(self.wake.wait(guard).unwrap_or_else(|e| e.into_inner()));
+            asleep.waiting += 1;
+            asleep = self.wake.wait(asleep).unwrap_or_else(|e| e.into_inner());
+            asleep.waiting -= 1;
+            asleep.roused = asleep.roused.saturating_sub(1);
         }
+        drop(asleep);
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Asleep> {
+        self.asleep.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -180,6 +256,137 @@ mod loom_models {
             for sleeper in sleepers {
                 assert_eq!(sleeper.join().unwrap(), 0);
             }
+        });
+    }
+
+    /// What the `rouse` models' workers took, and how the model's main thread waits for it.
+    #[derive(Default)]
+    struct Taken {
+        count: loom::sync::Mutex<usize>,
+        changed: loom::sync::Condvar,
+    }
+
+    impl Taken {
+        fn add(&self) {
+            *self.count.lock().unwrap() += 1;
+            self.changed.notify_all();
+        }
+
+        /// Waits until `n` tasks were taken: a task left queued with every worker asleep
+        /// leaves this waiting for good, and loom reports the deadlock.
+        fn wait_for(&self, n: usize) {
+            let mut count = self.count.lock().unwrap();
+            while *count < n {
+                count = self.changed.wait(count).unwrap();
+            }
+        }
+    }
+
+    /// `n` workers that take tasks until the executor stops; `started` is set by a worker
+    /// while it runs the first task it takes, which holds it until `release` is set (a run
+    /// that blocks, as at a barrier) when `block_first`.
+    fn rousable_workers(
+        n: usize,
+        block_first: bool,
+    ) -> (
+        Arc<Idle>,
+        Arc<AtomicUsize>,
+        Arc<Taken>,
+        Arc<AtomicUsize>,
+        Vec<thread::JoinHandle<()>>,
+    ) {
+        let idle = Arc::new(Idle::new());
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = Arc::new(Taken::default());
+        let blocked = Arc::new(AtomicUsize::new(0));
+        let handles = (0..n)
+            .map(|_| {
+                let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
+                let (taken, blocked) = (Arc::clone(&taken), Arc::clone(&blocked));
+                thread::spawn(move || loop {
+                    let mut n = queued.load(Ordering::SeqCst);
+                    while n > 0 {
+                        match queued.compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
+                        {
+                            Ok(_) => break,
+                            Err(current) => n = current,
+                        }
+                    }
+                    if n > 0 {
+                        let first = *taken.count.lock().unwrap() == 0;
+                        taken.add();
+                        if block_first && first {
+                            // Stuck until the other task has been taken.
+                            blocked.fetch_add(1, Ordering::SeqCst);
+                            taken.wait_for(2);
+                            blocked.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    } else if idle.stopped() {
+                        return;
+                    } else {
+                        idle.sleep(|| queued.load(Ordering::SeqCst) > 0);
+                    }
+                })
+            })
+            .collect();
+        (idle, queued, taken, blocked, handles)
+    }
+
+    fn stop_and_join(idle: &Idle, workers: Vec<thread::JoinHandle<()>>) {
+        idle.stop();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+    }
+
+    /// A tick thread queues a task and rouses, racing two workers on their way to sleep: it
+    /// either wakes one or finds one free, and the task is taken.
+    #[test]
+    fn rouse_racing_sleep_leaves_no_task_behind() {
+        crate::sync::model_bounded(2, || {
+            let (idle, queued, taken, _, workers) = rousable_workers(2, false);
+            queued.fetch_add(1, Ordering::Relaxed);
+            idle.rouse(2, 0, false);
+            taken.wait_for(1);
+            stop_and_join(&idle, workers);
+        });
+    }
+
+    /// Two tick threads each queue a task and rouse: the second may count on the worker the
+    /// first woke (still on its way back), and both tasks are taken.
+    #[test]
+    fn two_rousers_leave_no_task_behind() {
+        crate::sync::model_bounded(2, || {
+            let (idle, queued, taken, _, workers) = rousable_workers(2, false);
+            let rouser = {
+                let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
+                thread::spawn(move || {
+                    queued.fetch_add(1, Ordering::Relaxed);
+                    idle.rouse(2, 0, false);
+                })
+            };
+            queued.fetch_add(1, Ordering::Relaxed);
+            idle.rouse(2, 0, false);
+            rouser.join().unwrap();
+            taken.wait_for(2);
+            stop_and_join(&idle, workers);
+        });
+    }
+
+    /// Two tasks that meet (the first runs until the second is taken), one woken worker: once
+    /// the tick thread's next look sees the awake worker stuck, it wakes the other.
+    #[test]
+    fn a_stuck_worker_gets_a_second_woken() {
+        crate::sync::model_bounded(2, || {
+            let (idle, queued, taken, blocked, workers) = rousable_workers(2, true);
+            queued.fetch_add(2, Ordering::Relaxed);
+            idle.rouse(2, 0, false);
+            // The tick thread's later looks, each with the workers stuck at that moment.
+            while *taken.count.lock().unwrap() < 2 {
+                idle.rouse(2, blocked.load(Ordering::SeqCst), false);
+                thread::yield_now();
+            }
+            stop_and_join(&idle, workers);
         });
     }
 }

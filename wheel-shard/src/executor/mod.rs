@@ -4,8 +4,8 @@
 //! Each shard's tick thread pushes into its own hand-out queue (`handout.rs`: a ring with one
 //! producer, no locked instruction and no allocation per push). Idle workers take batches from
 //! the hand-out queues and steal from each other's deques (crossbeam-deque), so work spreads to
-//! whoever is free. A worker with nothing to do sleeps on a condition variable; tick threads
-//! wake only as many as they handed tasks to.
+//! whoever is free. A worker with nothing to do sleeps on a condition variable; a tick thread
+//! wakes one only when no worker is free to take what it handed out (`idle.rs`).
 
 mod durations;
 mod handout;
@@ -23,6 +23,7 @@ use crate::stats::new_histogram;
 pub(crate) use durations::Durations;
 use handout::HandOut;
 use idle::Idle;
+pub(crate) use idle::Roused;
 
 /// A reference the wheel handed out, on its way to a worker, which decides on the timer's
 /// record whether it fires (see `Record::claim`).
@@ -50,6 +51,13 @@ pub(crate) struct WorkerStats {
     /// References taken (fired, deferred or stale), re-arm included: what a manual clock's
     /// `advance` waits for. Counted under a manual clock only.
     pub(crate) done: AtomicU64,
+    /// References this worker took out of the queues others can take from (the hand-out
+    /// queues and the workers' deques) into its own hands: the rest of what was handed out is
+    /// still there for any worker.
+    pub(crate) taken: AtomicU64,
+    /// When the run in progress started (`Clock::real_nanos`, at least 1); 0 while the
+    /// worker is between runs with nothing to run, or asleep.
+    pub(crate) running_since: AtomicU64,
     pub(crate) lateness: Durations,
     pub(crate) callback_time: Durations,
     pub(crate) queue_delay: Durations,
@@ -63,6 +71,8 @@ impl WorkerStats {
             slow: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             done: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
+            running_since: AtomicU64::new(0),
             lateness: Durations::new(),
             callback_time: Durations::new(),
             queue_delay: Durations::new(),
@@ -74,7 +84,13 @@ impl WorkerStats {
     /// so a reader that saw what the worker did next (a callback's effect) sees the count.
     #[inline]
     pub(crate) fn count(counter: &AtomicU64) {
-        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Release);
+        Self::add(counter, 1);
+    }
+
+    /// [`WorkerStats::count`] by `n`.
+    #[inline]
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Release);
     }
 }
 
@@ -136,6 +152,27 @@ impl Executor {
     /// Wakes up to `handed` sleeping workers for tasks just submitted.
     pub(crate) fn notify(&self, handed: usize) {
         self.idle.notify(handed);
+    }
+
+    /// For tasks just submitted or still queued, at real time `now`: wakes one sleeping worker
+    /// unless one is free to take them, or every sleeper when `backlog` (see [`Idle::rouse`]).
+    /// A worker counts as stuck once its run has gone on for `stuck_after` nanoseconds.
+    pub(crate) fn rouse(&self, now: u64, stuck_after: u64, backlog: bool) -> Roused {
+        let stuck = self
+            .workers
+            .iter()
+            .filter(|w| {
+                let since = w.running_since.load(Ordering::Acquire);
+                since != 0 && now.saturating_sub(since) > stuck_after
+            })
+            .count();
+        self.idle.rouse(self.workers.len(), stuck, backlog)
+    }
+
+    /// References the workers took into their own hands, over all workers (see
+    /// [`WorkerStats::taken`]).
+    pub(crate) fn taken(&self) -> u64 {
+        self.sum(|w| &w.taken)
     }
 
     /// Whether workers should exit once the queues are empty.

@@ -4,5 +4,6 @@
 pub(crate) mod core;
 pub(crate) mod manual_clock;
 pub(crate) mod priority;
+pub(crate) mod rouse;
 pub(crate) mod tick;
 pub(crate) mod worker;

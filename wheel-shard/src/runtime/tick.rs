@@ -18,6 +18,7 @@ use wheel_core::Wheel;
 
 use crate::executor::Run;
 use crate::runtime::core::Core;
+use crate::runtime::rouse::Rouser;
 use crate::shard::{
     ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
 };
@@ -66,6 +67,8 @@ pub(crate) struct TickLoop<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
+    /// Wakes workers for what this thread hands out.
+    rouser: Rouser,
 }
 
 impl<'a> TickLoop<'a> {
@@ -82,6 +85,7 @@ impl<'a> TickLoop<'a> {
             stale: 0,
             sweep_left: 0,
             moved_since_sleep: 0,
+            rouser: Rouser::new(),
         }
     }
 
@@ -115,7 +119,14 @@ impl<'a> TickLoop<'a> {
             let may_transfer = self.transfer(now);
             let placed = self.apply_notices();
             let cancelled = self.note_cancels();
-            self.expire(now);
+            let handed = self.expire(now);
+            let watch_workers = if manual {
+                // Virtual time stands still until every run is done: wake all it may need.
+                self.core.executor.notify(handed);
+                false
+            } else {
+                self.rouser.after_pass(self.core, handed, now)
+            };
             let sweeping = self.compact();
             let ring_waits = !shard.rings_empty();
             // Goes round again for commands it can take now. A cell a producer has claimed but
@@ -149,7 +160,7 @@ impl<'a> TickLoop<'a> {
                     next,
                     now,
                     placed || cancelled || sweeping,
-                    ring_waits || flooded,
+                    ring_waits || flooded || watch_workers,
                 ),
                 ring_waits,
             );
@@ -253,8 +264,9 @@ impl<'a> TickLoop<'a> {
 
     /// Hands due references to the executor, at most [`EXPIRE_BATCH`] per pass so that a flood
     /// of expiries never keeps the ring from being drained for long; the loop comes straight
-    /// back while more are due.
-    fn expire(&mut self, now: u64) {
+    /// back while more are due. Returns how many it handed out; waking workers for them is the
+    /// caller's.
+    fn expire(&mut self, now: u64) -> usize {
         let shard = self.shard.index;
         let mut handed = 0;
         while handed < EXPIRE_BATCH {
@@ -279,7 +291,7 @@ impl<'a> TickLoop<'a> {
         if handed > 0 {
             self.shard.handed.fetch_add(handed as u64, Ordering::SeqCst);
         }
-        self.core.executor.notify(handed);
+        handed
     }
 
     /// At shutdown: every live timer still in the ring, the notices and the wheel comes back
@@ -313,16 +325,18 @@ fn transfer_budget(core: &Core) -> usize {
 }
 
 /// The tick to sleep until ([`IDLE`]: until woken): the wheel's next due slot `next`, or sooner.
-/// `busy`: notices or cancels arrived during this pass.
-fn wake_tick(next: Option<u64>, now: u64, busy: bool, ring_waits: bool) -> u64 {
+/// `busy`: notices or cancels arrived during this pass. `next_tick`: something (the ring, or
+/// the workers) needs a look by the next tick.
+fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
     let mut wake = next.unwrap_or(IDLE);
     if busy {
         // Notices or cancels are arriving: look again soon instead of being woken by each
         // one, so a steady stream costs one wake-up per CLEANUP_TICKS, not one per call.
         wake = wake.min(now.saturating_add(CLEANUP_TICKS));
     }
-    if ring_waits {
-        // This tick's transfer budget is spent: the rest waits for the next tick.
+    if next_tick {
+        // This tick's transfer budget is spent (the rest waits for the next tick), or the
+        // workers are being watched (`runtime/rouse.rs`).
         wake = wake.min(now.saturating_add(1));
     }
     wake

@@ -94,10 +94,13 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     };
     loop {
         fill_ahead(core, &local, &mut own);
-        let next = own
-            .ahead
-            .pop_front()
-            .or_else(|| executor.find_task(index, &local, depth(&own)));
+        let next = own.ahead.pop_front().or_else(|| {
+            let found = executor.find_task(index, &local, depth(&own));
+            if found.is_some() {
+                WorkerStats::count(&executor.workers[index].taken);
+            }
+            found
+        });
         if let Some(run) = next {
             take(core, run, &mut own);
             if own.manual {
@@ -109,6 +112,9 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
             continue;
         }
         end_last_run(core, &mut own);
+        executor.workers[index]
+            .running_since
+            .store(0, Ordering::Release);
         if executor.stopped() && !executor.has_work() {
             return;
         }
@@ -124,12 +130,17 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
 fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
     let depth = depth(own);
     own.shallow_for = own.shallow_for.saturating_sub(1);
+    let before = own.ahead.len();
     while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
         if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
             record.prefetch();
         }
         own.ahead.push_back(run);
+    }
+    let taken = own.ahead.len() - before;
+    if taken > 0 {
+        WorkerStats::add(&core.executor.workers[own.index].taken, taken as u64);
     }
 }
 
@@ -270,6 +281,7 @@ fn panicked(
 fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
     let stats = &core.executor.workers[own.index];
     let started = own.stopwatch.real_nanos(&core.clock);
+    stats.running_since.store(started.max(1), Ordering::Release);
     // Recorded before the run, so `stats()` counts a run as soon as it has started.
     stats
         .lateness
