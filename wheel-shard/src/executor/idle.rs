@@ -15,7 +15,8 @@
 //! waiting and of woken-but-not-yet-back workers is exact, and a worker that is awake will look
 //! at the queues before it sleeps again, so relying on it loses nothing. A free worker may
 //! still get stuck in its next run; the tick thread then looks again a tick later
-//! (`runtime/rouse.rs`).
+//! (`runtime/rouse.rs`). A worker that finds its runs falling behind calls for help itself
+//! ([`Idle::call_for_help`]), so a load one worker cannot carry gets a second within the tick.
 //!
 //! The lock, the condition variable and the atomics come from [`crate::sync`], so the models
 //! below check the protocol under loom, with a loom atomic standing in for the queues.
@@ -116,6 +117,19 @@ impl Idle {
         }
         asleep.rouse_one(&self.wake);
         Roused::One
+    }
+
+    /// Worker, whose runs are falling behind: wakes one sleeping worker to help, unless one
+    /// is on its way already.
+    pub(crate) fn call_for_help(&self) {
+        // No fence needed: a sleeper missed here is woken by the tick thread's next look.
+        if self.sleepers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut asleep = self.lock();
+        if asleep.roused == 0 {
+            asleep.rouse_one(&self.wake);
+        }
     }
 
     /// Lets workers exit once the queues are empty, waking every sleeper to see it.

@@ -169,6 +169,11 @@ impl Executor {
         self.idle.rouse(self.workers.len(), stuck, backlog)
     }
 
+    /// A worker whose runs start late: wakes another to help (see `Idle::call_for_help`).
+    pub(crate) fn call_for_help(&self) {
+        self.idle.call_for_help();
+    }
+
     /// References the workers took into their own hands, over all workers (see
     /// [`WorkerStats::taken`]).
     pub(crate) fn taken(&self) -> u64 {

@@ -39,6 +39,9 @@ const SHALLOW: usize = 4;
 const SHORT_RUN: u64 = 1_000_000;
 /// Runs a worker stays at [`SHALLOW`] after one longer than [`SHORT_RUN`].
 const SHALLOW_RUNS: u32 = 1024;
+/// How long a run may wait in the queues (nanoseconds) before its worker wakes another to
+/// help: a fifth of a default tick, more than one worker's share of a busy tick.
+const BEHIND: u64 = 200_000;
 
 /// What a worker keeps to itself between runs.
 ///
@@ -286,9 +289,11 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
     stats
         .lateness
         .record(core.clock.lateness(deadline, started));
-    stats
-        .queue_delay
-        .record(started.saturating_sub(run.handed_at));
+    let queued_for = started.saturating_sub(run.handed_at);
+    stats.queue_delay.record(queued_for);
+    if queued_for > BEHIND {
+        core.executor.call_for_help();
+    }
     WorkerStats::count(&stats.fired);
     let slow = measure_last_run(core, own, stats, started);
     report_slow(core, own, slow);
