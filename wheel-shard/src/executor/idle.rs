@@ -122,7 +122,8 @@ impl Idle {
     /// Worker, whose runs are falling behind: wakes one sleeping worker to help, unless one
     /// is on its way already.
     pub(crate) fn call_for_help(&self) {
-        // No fence needed: a sleeper missed here is woken by the tick thread's next look.
+        // A hint, so no fence: the guarantee that no task is left with every worker asleep
+        // is the tick threads' (`rouse`, `notify`).
         if self.sleepers.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -192,14 +193,7 @@ mod loom_models {
     fn worker(idle: &Idle, queued: &AtomicUsize, take: usize) -> usize {
         let mut taken = 0;
         while taken < take {
-            let mut n = queued.load(Ordering::SeqCst);
-            while n > 0 {
-                match queued.compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(_) => break,
-                    Err(current) => n = current,
-                }
-            }
-            if n > 0 {
+            if take_one(queued) {
                 taken += 1;
             } else if idle.stopped() {
                 break;
@@ -208,6 +202,18 @@ mod loom_models {
             }
         }
         taken
+    }
+
+    /// Takes one task from `queued` if there is one.
+    fn take_one(queued: &AtomicUsize) -> bool {
+        let mut n = queued.load(Ordering::SeqCst);
+        while n > 0 {
+            match queued.compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(current) => n = current,
+            }
+        }
+        false
     }
 
     /// A tick thread submits a task and notifies, racing a worker on its way to sleep: the
@@ -296,9 +302,10 @@ mod loom_models {
         }
     }
 
-    /// `n` workers that take tasks until the executor stops; `started` is set by a worker
-    /// while it runs the first task it takes, which holds it until `release` is set (a run
-    /// that blocks, as at a barrier) when `block_first`.
+    /// `n` workers that take tasks until the executor stops, counting each in `Taken`. With
+    /// `block_first`, the run of the first task taken lasts until a second has been taken (a
+    /// run that blocks, as at a barrier), and the last atomic returned counts the workers in
+    /// such a run.
     fn rousable_workers(
         n: usize,
         block_first: bool,
@@ -318,15 +325,7 @@ mod loom_models {
                 let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
                 let (taken, blocked) = (Arc::clone(&taken), Arc::clone(&blocked));
                 thread::spawn(move || loop {
-                    let mut n = queued.load(Ordering::SeqCst);
-                    while n > 0 {
-                        match queued.compare_exchange(n, n - 1, Ordering::SeqCst, Ordering::SeqCst)
-                        {
-                            Ok(_) => break,
-                            Err(current) => n = current,
-                        }
-                    }
-                    if n > 0 {
+                    if take_one(&queued) {
                         let first = *taken.count.lock().unwrap() == 0;
                         taken.add();
                         if block_first && first {

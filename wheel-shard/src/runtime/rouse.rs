@@ -69,11 +69,12 @@ impl Rouser {
             self.watching = false;
             return false;
         }
-        let backlog = now > self.mark_tick && taken < self.mark_handed;
-        if now > self.mark_tick {
-            self.mark_tick = now;
-            self.mark_handed = handed_all;
-        }
+        // Once a tick: whether references handed out by the last look's tick still wait.
+        let backlog = now > self.mark_tick && {
+            let behind = taken < self.mark_handed;
+            (self.mark_tick, self.mark_handed) = (now, handed_all);
+            behind
+        };
         let roused = core
             .executor
             .rouse(core.clock.real_nanos(), STUCK_AFTER, backlog);
