@@ -1,7 +1,8 @@
 //! `wheel-shard`: a sharded, multi-threaded timer service built on [`wheel_core::Wheel`].
 //!
 //! Millions of timeouts (request deadlines, idle checks, heartbeats, delayed retries) are spread
-//! over shards, each a single-threaded hierarchical timing wheel driven by its own tick thread.
+//! over shards, each a single-threaded hierarchical timing wheel; a tick thread drives one or
+//! more shards' wheels ([`Config::tick_threads`]), and sleeps once a tick for all of them.
 //! Callbacks run on a separate work-stealing executor, so a slow callback never stalls a tick.
 //!
 //! # Data flow of one timer
@@ -12,15 +13,15 @@
 //! the wheel, whose arrays keep the deadline's low 32 bits; the low 8 are the ticket.
 //!
 //! ```text
-//!  producer threads              shard i (one per core)                     executor
-//!  ────────────────              ──────────────────────                     ────────
+//!  producer threads              shard i (one per core; a tick thread        executor
+//!  ────────────────              drives every tick_threads-th shard)         ────────
 //!  schedule(delay, task)
 //!   │ deadline = ⌈now+delay⌉ tick
 //!   │ shard = hash(thread seq)
 //!   │ free slot from this thread's cache (batches of 256)
 //!   │ arm the record: task, deadline, live reference, SCHEDULED
 //!   ▼
-//!  PendingRing (bounded MPSC) ─────▶ tick thread "wheel-tick-i"
+//!  PendingRing (bounded MPSC) ─────▶ tick thread "wheel-tick-t"
 //!   (deadline, slot)                  1. ≤ transfer_batch ring → Wheel
 //!   full? wait ≤ saturation_          2. notices: place new references          ┌▶ worker "wheel-exec-k"
 //!   timeout, then Saturated           3. due references → executor ───────────┤   claim on the record:
@@ -59,8 +60,8 @@
 //!   order), the reference goes into a lock-free ring. The producer
 //!   writes the whole record, which it prefetched a few schedules earlier; the tick thread
 //!   never reads it, and the worker that runs the timer is the next to touch it.
-//! - **Idle means asleep.** A tick thread sleeps until its wheel's next due slot, forever when
-//!   the wheel is empty; a producer wakes it only when its deadline is earlier than that.
+//! - **Idle means asleep.** A tick thread sleeps until its wheels' next due slot, forever when
+//!   they are empty; a producer wakes it only when its deadline is earlier than that.
 //! - **A slow callback delays only its worker**; a panicking one is counted
 //!   ([`Stats::panicked`]), logged with `tracing`, and the service goes on.
 //! - **User code is contained wherever it runs.** Besides the callback itself, a task's `Drop`

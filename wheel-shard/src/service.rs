@@ -13,7 +13,8 @@ use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::priority;
-use crate::runtime::tick::{hand_back, TickLoop};
+use crate::runtime::tick::{hand_back, ShardTick};
+use crate::runtime::tick_thread::TickThread;
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
 use crate::stats::{Lateness, Stats};
@@ -61,11 +62,11 @@ struct Threads {
 }
 
 impl TimerService {
-    /// Validates `config` and starts `shards` tick threads (`wheel-tick-N`) and
-    /// `executor_threads` workers (`wheel-exec-N`).
+    /// Validates `config` and starts [`Config::tick_thread_count`] tick threads
+    /// (`wheel-tick-N`) and `executor_threads` workers (`wheel-exec-N`).
     ///
     /// With `pin_threads`, tick thread `i` is pinned to core `i mod cores`: with fewer cores
-    /// than shards, tick threads share cores rather than go unpinned, and where the platform
+    /// than tick threads, they share cores rather than go unpinned, and where the platform
     /// reports no cores pinning is skipped with a warning. Workers are never pinned, so the OS
     /// can move them around the tick threads.
     ///
@@ -122,7 +123,7 @@ impl TimerService {
         crate::memory::check(&config)?;
         let (core, locals) = Core::new(config, clock)?;
         let wheels = (0..core.shards.len())
-            .map(|_| TickLoop::wheel(&core))
+            .map(|_| ShardTick::wheel(&core))
             .collect::<Result<Vec<_>, _>>()?;
         let core = Arc::new(core);
         let mut threads = Threads {
@@ -481,11 +482,22 @@ fn make_tick_thread_realtime<T>(core: &Core, index: usize, handle: &JoinHandle<T
             core.realtime_ticks.fetch_add(1, Ordering::Relaxed);
         }
         Err(error) => tracing::warn!(
-            shard = index,
+            tick_thread = index,
             %error,
             "realtime_ticks: the OS refused real-time priority; the tick thread runs at normal priority"
         ),
     }
+}
+
+/// The shards (index and wheel) each tick thread drives: thread `i` every
+/// `Config::tick_thread_count`-th shard from shard `i`.
+fn shards_of_tick_threads(core: &Core, wheels: Vec<ShardWheel>) -> Vec<Vec<(usize, ShardWheel)>> {
+    let threads = core.config.tick_thread_count();
+    let mut groups: Vec<Vec<(usize, ShardWheel)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (index, wheel) in wheels.into_iter().enumerate() {
+        groups[index % threads].push((index, wheel));
+    }
+    groups
 }
 
 fn spawn_threads(
@@ -503,8 +515,9 @@ fn spawn_threads(
     } else {
         Vec::new()
     };
-    for (index, wheel) in wheels.into_iter().enumerate() {
+    for (index, shards) in shards_of_tick_threads(core, wheels).into_iter().enumerate() {
         let pin = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+        let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
         let thread_core = Arc::clone(core);
         let handle = thread::Builder::new()
             .name(format!("wheel-tick-{index}"))
@@ -512,7 +525,7 @@ fn spawn_threads(
                 if let Some(id) = pin {
                     if !core_affinity::set_for_current(id) {
                         tracing::warn!(
-                            shard = index,
+                            tick_thread = index,
                             "could not pin tick thread; it runs unpinned"
                         );
                     }
@@ -520,9 +533,11 @@ fn spawn_threads(
                 thread_core.enter_thread();
                 // No user code runs on a tick thread, so no shutdown runs here: the shutdown
                 // that stopped this loop joins it and takes what it hands back.
-                TickLoop::new(&thread_core, index, wheel).run()
+                TickThread::new(&thread_core, shards).run()
             })?;
-        core.shards[index].set_thread(handle.thread().clone());
+        for shard in driven {
+            core.shards[shard].set_thread(handle.thread().clone());
+        }
         if core.config.realtime_ticks {
             make_tick_thread_realtime(core, index, &handle);
         }
@@ -565,6 +580,32 @@ impl fmt::Debug for TimerService {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Tick thread `t` drives every `tick_thread_count`-th shard from shard `t`.
+    #[test]
+    fn tick_threads_take_every_nth_shard() {
+        for (tick_threads, expected) in [
+            (None, vec![vec![0, 2, 4], vec![1, 3]]),
+            (Some(1), vec![vec![0, 1, 2, 3, 4]]),
+            (Some(3), vec![vec![0, 3], vec![1, 4], vec![2]]),
+            (Some(9), vec![vec![0], vec![1], vec![2], vec![3], vec![4]]),
+        ] {
+            let config = Config {
+                shards: 5,
+                tick_threads,
+                executor_threads: 1,
+                ..Config::default()
+            };
+            let clock = Clock::new(config.tick);
+            let core = Core::new(config, clock).unwrap().0;
+            let wheels = (0..5).map(|_| ShardTick::wheel(&core).unwrap()).collect();
+            let groups: Vec<Vec<usize>> = shards_of_tick_threads(&core, wheels)
+                .into_iter()
+                .map(|group| group.into_iter().map(|(shard, _)| shard).collect())
+                .collect();
+            assert_eq!(groups, expected, "tick_threads {tick_threads:?}");
+        }
+    }
 
     /// Idle workers write the next records of a shard that has handed out fresh slots, so its
     /// producers find them resident (`TimerTable::grow`); with a single worker they do not.

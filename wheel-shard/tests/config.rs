@@ -32,6 +32,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
     let config = Config::from_toml_str(
         r#"
         shards = 3
+        tick_threads = 2
         tick = "500us"
         wheel_slots = 100
         executor_threads = 5
@@ -50,6 +51,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
         config,
         Config {
             shards: 3,
+            tick_threads: Some(2),
             tick: Duration::from_micros(500),
             wheel_slots: 100,
             executor_threads: 5,
@@ -205,6 +207,7 @@ fn a_modest_capacity_is_made_and_used() {
 fn environment_variables_override_fields() {
     let vars = [
         ("WHEEL_SHARDS", "3"),
+        ("WHEEL_TICK_THREADS", "3"),
         ("WHEEL_TICK", "250us"),
         ("WHEEL_WHEEL_SLOTS", "128"),
         ("WHEEL_EXECUTOR_THREADS", "4"),
@@ -227,6 +230,7 @@ fn environment_variables_override_fields() {
         config,
         Config {
             shards: 3,
+            tick_threads: Some(3),
             tick: Duration::from_micros(250),
             wheel_slots: 128,
             executor_threads: 4,
@@ -244,6 +248,10 @@ fn environment_variables_override_fields() {
         .with_vars(|n| (n == "WHEEL_MAX_PENDING").then(|| "none".to_string()))
         .unwrap();
     assert_eq!(none.max_pending, None);
+    let automatic = Config::default()
+        .with_vars(|n| (n == "WHEEL_TICK_THREADS").then(|| "none".to_string()))
+        .unwrap();
+    assert_eq!(automatic.tick_threads, None);
 }
 
 #[test]
@@ -253,6 +261,8 @@ fn a_bad_environment_variable_names_the_variable_and_the_field() {
         ("WHEEL_TICK", "fast", "tick"),
         ("WHEEL_PIN_THREADS", "maybe", "pin_threads"),
         ("WHEEL_SHARDS", "0", "shards"),
+        ("WHEEL_TICK_THREADS", "0", "tick_threads"),
+        ("WHEEL_TICK_THREADS", "some", "tick_threads"),
     ] {
         let error = Config::default()
             .with_vars(|n| (n == var).then(|| value.to_string()))
@@ -374,9 +384,10 @@ fn names() -> Vec<&'static str> {
 
 #[test]
 fn the_table_of_fields_lists_every_field_of_config_in_order() {
-    // Every field serialised (`max_pending: None` would be left out of the TOML).
+    // Every field serialised (an optional field's `None` would be left out of the TOML).
     let config = Config {
         max_pending: Some(1),
+        tick_threads: Some(1),
         ..Config::default()
     };
     let text = toml::to_string(&config).unwrap();

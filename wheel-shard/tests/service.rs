@@ -620,8 +620,9 @@ fn threads_are_named_and_joined_when_the_last_handle_drops() {
     }
     let timers = TimerService::new(Config {
         shards: 3,
+        tick_threads: Some(3),
         executor_threads: 2,
-        pin_threads: true, // more shards than cores here: pinning wraps around
+        pin_threads: true, // more tick threads than cores here: pinning wraps around
         ..Config::default()
     })
     .unwrap();
@@ -825,9 +826,10 @@ fn realtime_ticks_run_the_tick_threads_under_sched_fifo_where_the_os_allows_it()
         );
         return;
     }
-    assert_eq!(got, 2);
+    let threads = realtime.config().tick_thread_count();
+    assert_eq!(got, threads);
     if std::path::Path::new("/proc/self/task").exists() {
-        assert_eq!(fifo_tick_threads(), 2);
+        assert_eq!(fifo_tick_threads(), threads);
     }
     // Not asked for, not given.
     let normal = service_with(Config::default());

@@ -35,17 +35,34 @@ impl Ledger {
     }
 }
 
+/// Two shards driven by one tick thread (the default: one per four shards).
 #[test]
 fn a_million_timers_from_four_producers_each_end_exactly_once() {
-    let timers = TimerService::new(Config {
+    every_timer_ends_exactly_once(Config {
         shards: 2,
+        ..Config::default()
+    });
+}
+
+/// Three shards, two tick threads: one drives two shards, the other one.
+#[test]
+fn with_tick_threads_driving_unequal_shares_every_timer_ends_exactly_once() {
+    every_timer_ends_exactly_once(Config {
+        shards: 3,
+        tick_threads: Some(2),
+        ..Config::default()
+    });
+}
+
+fn every_timer_ends_exactly_once(config: Config) {
+    let timers = TimerService::new(Config {
         executor_threads: 2,
         pin_threads: false,
         // This test is about every timer ending once, not about saturation: four producers on
         // a 2-core machine can starve the tick threads for longer than the default 100 ms
         // (an unoptimised build, or a busy machine), so a full ring waits long enough here.
         saturation_timeout: Duration::from_secs(10),
-        ..Config::default()
+        ..config
     })
     .unwrap();
     let ledger = Arc::new(Ledger {

@@ -36,6 +36,8 @@ macro_rules! field {
 #[rustfmt::skip]
 pub const FIELDS: &[Field] = &[
     field!(shards, Count { min: 1, max: MAX_SHARDS }),
+    field!(tick_threads, OptionalCount { min: 1, max: MAX_SHARDS },
+        too_small: "would leave the shards without a tick thread; leave it out for one per four shards"),
     field!(tick, Duration { min: MIN_TICK, max: MAX_TICK }),
     field!(wheel_slots, Count { min: 1, max: MAX_WHEEL_SLOTS }),
     field!(executor_threads, Count { min: 1, max: MAX_EXECUTOR_THREADS }),

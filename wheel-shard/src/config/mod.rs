@@ -30,8 +30,21 @@ mod fields;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Wheel shards, each with its own tick thread, ring and wheel. Default: available cores.
+    /// Wheel shards, each with its own pending rings, timer table and wheel. Default: available
+    /// cores.
     pub shards: usize,
+    /// Threads that tick the shards' wheels: tick thread `i` drives shards `i`,
+    /// `i + tick_threads`, `i + 2·tick_threads` … (never more threads than shards). Default
+    /// `None`: one per [`SHARDS_PER_TICK_THREAD`](limits::SHARDS_PER_TICK_THREAD) shards,
+    /// rounded up; [`Config::tick_thread_count`] says how many a config starts.
+    ///
+    /// A tick thread with timers pending sleeps and wakes once a tick, and on a virtual
+    /// machine that costs about 20 µs of CPU each time (`docs/performance.md`), whatever the
+    /// work it wakes to. Driving several shards, it pays that once for all of them. Shards
+    /// keep producers on different threads from contending for one ring and one table; more
+    /// tick threads pay where producers on many cores together schedule faster than one tick
+    /// thread moves new timers into its wheels (tens of millions a second).
+    pub tick_threads: Option<usize>,
     /// The wheel's resolution: deadlines are rounded up to a whole tick. Default 1 ms.
     #[serde(with = "humantime_serde")]
     pub tick: Duration,
@@ -110,6 +123,8 @@ pub mod limits {
 
     /// Most `shards`.
     pub const MAX_SHARDS: usize = 1024;
+    /// Shards a tick thread drives when `tick_threads` is left out.
+    pub const SHARDS_PER_TICK_THREAD: usize = 4;
     /// Most `executor_threads`.
     pub const MAX_EXECUTOR_THREADS: usize = 1024;
     /// Shortest `tick`: below it, waking up costs more than the tick is worth.
@@ -158,6 +173,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             shards: available_cores(),
+            tick_threads: None,
             tick: Duration::from_millis(1),
             wheel_slots: 64,
             executor_threads: available_cores(),
@@ -197,7 +213,7 @@ impl Config {
 
     /// Overrides each field whose variable is set: `WHEEL_` and the field's name in capitals
     /// (`WHEEL_RING_CAPACITY` for `ring_capacity`; [`limits::FIELDS`] lists them). Numbers may
-    /// group digits with `_`, `WHEEL_MAX_PENDING` takes `none`, booleans `true`/`false`/`1`/`0`,
+    /// group digits with `_`, `WHEEL_MAX_PENDING` and `WHEEL_TICK_THREADS` take `none`, booleans `true`/`false`/`1`/`0`,
     /// and durations read like "1ms", "500us", "2s". A value that does not parse is an error
     /// naming the variable and the field; then the whole config is validated.
     pub fn with_env(self) -> Result<Config, ConfigError> {
@@ -249,6 +265,25 @@ impl Config {
     /// ```
     pub fn memory_estimate(&self) -> u64 {
         crate::memory::estimate(self)
+    }
+
+    /// The tick threads a service with this config starts: `tick_threads`, or one per
+    /// [`SHARDS_PER_TICK_THREAD`](limits::SHARDS_PER_TICK_THREAD) shards, rounded up; never
+    /// more than `shards`.
+    ///
+    /// ```
+    /// use wheel_shard::Config;
+    ///
+    /// let config = Config { shards: 6, tick_threads: None, ..Config::default() };
+    /// assert_eq!(config.tick_thread_count(), 2);
+    /// assert_eq!(Config { tick_threads: Some(3), ..config.clone() }.tick_thread_count(), 3);
+    /// assert_eq!(Config { tick_threads: Some(10), ..config }.tick_thread_count(), 6);
+    /// ```
+    pub fn tick_thread_count(&self) -> usize {
+        let threads = self
+            .tick_threads
+            .unwrap_or_else(|| self.shards.div_ceil(limits::SHARDS_PER_TICK_THREAD));
+        threads.clamp(1, self.shards.max(1))
     }
 
     /// Checks every field against its range in [`limits::FIELDS`]; the error names the first

@@ -118,7 +118,7 @@ impl PendingLimit {
 
 impl Core {
     /// The shared state of a service running on `clock` (see [`Clock::manual`]): everything
-    /// but the wheels (see `TickLoop::wheel`). The rings and the timer cells for
+    /// but the wheels (see `ShardTick::wheel`). The rings and the timer cells for
     /// `Config::capacity` are allocated fallibly: a refusal is `ConfigError::OutOfMemory`,
     /// never an abort.
     pub(crate) fn new(

@@ -1,11 +1,13 @@
-//! [`TickLoop`]: the body of a shard's tick thread, the only owner of the shard's `Wheel`.
+//! [`ShardTick`]: one shard's part of a tick thread, the only owner of the shard's `Wheel`.
 //!
 //! Each pass: move a chunk of new references from the rings into the wheel (those due soon
 //! first: `Shard::push`), place every notice's reference, hand due references to the
-//! executor, then sleep until the wheel's next due slot — or not at all while the rings still
-//! have work, or forever while the wheel is empty. Chunks are small, so a flood of new timers
-//! delays an expiry by a fraction of a millisecond; over one tick at most `transfer_batch`
-//! references move (Netty's rule), after which the ring waits for the next tick.
+//! executor, then plan the sleep until the wheel's next due slot — or no sleep at all while
+//! the rings still have work, or forever while the wheel is empty. Chunks are small, so a flood
+//! of new timers delays an expiry by a fraction of a millisecond; over one tick at most
+//! `transfer_batch` references move (Netty's rule), after which the ring waits for the next
+//! tick. The thread that drives one or more shards' passes, wakes the workers and sleeps is
+//! `runtime/tick_thread.rs`.
 //!
 //! The tick thread never runs a callback and never reads a timer's record while the service
 //! runs: what it needs to place a timer (deadline, slot) comes with the reference, and
@@ -18,7 +20,6 @@ use wheel_core::Wheel;
 
 use crate::executor::Run;
 use crate::runtime::core::Core;
-use crate::runtime::rouse::Rouser;
 use crate::shard::{
     ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
 };
@@ -49,10 +50,14 @@ const COMPACT_PER_PASS: usize = 4096;
 /// not worth its record reads.
 const COMPACT_MIN_STALE: usize = 4096;
 
-pub(crate) struct TickLoop<'a> {
+/// One shard's part of a tick thread (`runtime/tick_thread.rs` drives one or more): the only
+/// owner of the shard's wheel, and the budgets and counts that go with it.
+pub(crate) struct ShardTick<'a> {
     core: &'a Core,
     shard: &'a Shard,
     wheel: ShardWheel,
+    /// Under a manual clock: virtual time waits for everything queued (see [`ShardTick::end_pass`]).
+    manual: bool,
     /// `Config::transfer_batch`: the most commands moved during one tick.
     batch: usize,
     /// The tick the transfer budget is counted for, and what is left of it.
@@ -67,17 +72,37 @@ pub(crate) struct TickLoop<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
-    /// Wakes workers for what this thread hands out.
-    rouser: Rouser,
 }
 
-impl<'a> TickLoop<'a> {
-    /// The loop of shard `shard`, owning `wheel` (see [`TickLoop::wheel`]).
+/// What a shard's pass found as it took in new work ([`ShardTick::take_in`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Intake {
+    /// Budget is left for this tick's transfers.
+    may_transfer: bool,
+    /// Notices or cancels arrived.
+    busy: bool,
+}
+
+/// What a shard's pass leaves to do ([`ShardTick::end_pass`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    /// Go round again at once: commands it may take now, or timers due.
+    pub(crate) again: bool,
+    /// The tick to sleep until otherwise ([`IDLE`]: until woken).
+    pub(crate) wake: u64,
+    /// New timers wait in the rings (this tick's transfer budget is spent, or a cell is not
+    /// written yet): they must not keep the thread awake.
+    pub(crate) ring_waits: bool,
+}
+
+impl<'a> ShardTick<'a> {
+    /// Shard `shard`'s part, owning `wheel` (see [`ShardTick::wheel`]).
     pub(crate) fn new(core: &'a Core, shard: usize, wheel: ShardWheel) -> Self {
-        TickLoop {
+        ShardTick {
             core,
             shard: &core.shards[shard],
             wheel,
+            manual: core.clock.is_manual(),
             batch: transfer_budget(core),
             budget_tick: 0,
             budget_left: transfer_budget(core),
@@ -85,7 +110,6 @@ impl<'a> TickLoop<'a> {
             stale: 0,
             sweep_left: 0,
             moved_since_sleep: 0,
-            rouser: Rouser::new(),
         }
     }
 
@@ -102,80 +126,74 @@ impl<'a> TickLoop<'a> {
         Ok(wheel)
     }
 
-    /// Runs until the shard is stopped, then hands back every timer that had not fired.
-    pub(crate) fn run(mut self) -> Vec<Unfired> {
-        let shard = self.shard;
-        let manual = self.core.clock.is_manual();
-        loop {
-            shard.mark_awake();
-            if shard.stop.load(Ordering::SeqCst) {
-                break;
-            }
-            // Read before anything queued is looked at: a pass that began after `advance`
-            // opened this round has seen all it queued (see `Settle`).
-            let round = self.core.settle.round.load(Ordering::SeqCst);
-            let now = self.core.clock.now();
-            shard.set_tick_seen(now);
-            let may_transfer = self.transfer(now);
-            let placed = self.apply_notices();
-            let cancelled = self.note_cancels();
-            let handed = self.expire(now);
-            let watch_workers = if manual {
-                // Virtual time stands still until every run is done: wake all it may need.
-                self.core.executor.notify(handed);
-                false
-            } else {
-                self.rouser.after_pass(self.core, handed, now)
-            };
-            let sweeping = self.compact();
-            let ring_waits = !shard.rings_empty();
-            // Goes round again for commands it can take now. A cell a producer has claimed but
-            // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
-            // spinning for: the push ends with a nudge that wakes this thread if its timer is
-            // due before the planned wake-up, and otherwise the next tick's pass takes it.
-            // Under a manual clock `advance` waits for everything queued, so the pass goes
-            // round until the cell is written.
-            let ring_ready = if manual {
-                ring_waits
-            } else {
-                shard.rings_published()
-            };
-            let next = self.wheel.next_expiration();
-            if (ring_ready && may_transfer) || next.is_some_and(|t| t <= now) {
-                continue;
-            }
-            if manual {
-                // Virtual time moves only by `advance`, which wakes this thread: report that
-                // this round is caught up and sleep until then.
-                shard.next_due.store(next.unwrap_or(IDLE), Ordering::SeqCst);
-                shard.settled_round.store(round, Ordering::SeqCst);
-                self.core.settle.signal();
-                self.sleep(now, IDLE, ring_waits);
-                continue;
-            }
-            let flooded = self.moved_since_sleep >= FLOOD;
-            self.sleep(
-                now,
-                wake_tick(
-                    next,
-                    now,
-                    placed || cancelled || sweeping,
-                    ring_waits || flooded || watch_workers,
-                ),
-                ring_waits,
-            );
-        }
-        self.hand_back()
+    pub(crate) fn shard(&self) -> &'a Shard {
+        self.shard
     }
 
-    /// Sleeps until tick `wake`, unless work arrived while it was deciding to.
-    fn sleep(&mut self, now: u64, wake: u64, ring_waits: bool) {
-        if !self.shard.plan_sleep(now, wake, !ring_waits) {
-            return;
+    /// A pass at tick `now` begins: moves a chunk of new references from the rings into the
+    /// wheel (those due soon first) and places every notice's reference.
+    pub(crate) fn take_in(&mut self, now: u64) -> Intake {
+        self.shard.set_tick_seen(now);
+        let may_transfer = self.transfer(now);
+        let placed = self.apply_notices();
+        let cancelled = self.note_cancels();
+        Intake {
+            may_transfer,
+            busy: placed || cancelled,
         }
+    }
+
+    /// Then hands due references to the executor (see [`ShardTick::expire`]); returns how many.
+    pub(crate) fn hand_out(&mut self, now: u64) -> usize {
+        self.expire(now)
+    }
+
+    /// The pass ends, after the workers were woken: a bounded step of compaction, then
+    /// what is left. Under a manual clock, a shard with nothing left to do now reports that it
+    /// has caught up with the `Settle` round `round` (read before the pass looked at anything
+    /// queued); telling `advance` is the caller's.
+    pub(crate) fn end_pass(&mut self, now: u64, intake: Intake, round: u64) -> Plan {
+        let sweeping = self.compact();
+        let ring_waits = !self.shard.rings_empty();
+        // Goes round again for commands it can take now. A cell a producer has claimed but
+        // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
+        // spinning for: the push ends with a nudge that wakes this thread if its timer is
+        // due before the planned wake-up, and otherwise the next tick's pass takes it.
+        // Under a manual clock `advance` waits for everything queued, so the pass goes
+        // round until the cell is written.
+        let ring_ready = if self.manual {
+            ring_waits
+        } else {
+            self.shard.rings_published()
+        };
+        let next = self.wheel.next_expiration();
+        let again = (ring_ready && intake.may_transfer) || next.is_some_and(|t| t <= now);
+        if self.manual {
+            if !again {
+                // Virtual time moves only by `advance`, which wakes this thread: this round is
+                // caught up, and the thread sleeps until then.
+                self.shard
+                    .next_due
+                    .store(next.unwrap_or(IDLE), Ordering::SeqCst);
+                self.shard.settled_round.store(round, Ordering::SeqCst);
+            }
+            return Plan {
+                again,
+                wake: IDLE,
+                ring_waits,
+            };
+        }
+        let flooded = self.moved_since_sleep >= FLOOD;
+        Plan {
+            again,
+            wake: wake_tick(next, now, intake.busy || sweeping, ring_waits || flooded),
+            ring_waits,
+        }
+    }
+
+    /// The thread is about to sleep: the flood count starts again.
+    pub(crate) fn going_to_sleep(&mut self) {
         self.moved_since_sleep = 0;
-        self.shard.park(wake, || self.core.clock.until(wake));
-        self.shard.wakeups.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Moves up to one chunk of new references from the ring into the wheel, within what is
@@ -296,7 +314,7 @@ impl<'a> TickLoop<'a> {
 
     /// At shutdown: every live timer still in the ring, the notices and the wheel comes back
     /// as [`Unfired`]; stale references are dropped.
-    fn hand_back(mut self) -> Vec<Unfired> {
+    pub(crate) fn hand_back(mut self) -> Vec<Unfired> {
         let shard = self.shard;
         shard.drain_closed_rings(|placement| self.place(placement));
         self.apply_notices();
@@ -325,8 +343,8 @@ fn transfer_budget(core: &Core) -> usize {
 }
 
 /// The tick to sleep until ([`IDLE`]: until woken): the wheel's next due slot `next`, or sooner.
-/// `busy`: notices or cancels arrived during this pass. `next_tick`: something (the ring, or
-/// the workers) needs a look by the next tick.
+/// `busy`: notices or cancels arrived during this pass. `next_tick`: the ring needs a look by
+/// the next tick.
 fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
     let mut wake = next.unwrap_or(IDLE);
     if busy {
@@ -335,8 +353,8 @@ fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
         wake = wake.min(now.saturating_add(CLEANUP_TICKS));
     }
     if next_tick {
-        // This tick's transfer budget is spent (the rest waits for the next tick), or the
-        // workers are being watched (`runtime/rouse.rs`).
+        // This tick's transfer budget is spent (the rest waits for the next tick), or a flood
+        // is coming in.
         wake = wake.min(now.saturating_add(1));
     }
     wake
@@ -392,7 +410,7 @@ mod tests {
     fn timers_due_soon_overtake_a_ring_full_of_later_ones() {
         let core = core();
         let shard = &core.shards[0];
-        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        let mut tick = ShardTick::new(&core, 0, ShardTick::wheel(&core).unwrap());
         let now = 1000;
         shard.set_tick_seen(now);
         for _ in 0..TRANSFER_CHUNK + 10 {
@@ -472,7 +490,7 @@ mod tests {
     fn shutdown_hands_back_the_timers_in_both_rings() {
         let core = core();
         let shard = &core.shards[0];
-        let tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        let tick = ShardTick::new(&core, 0, ShardTick::wheel(&core).unwrap());
         shard.set_tick_seen(50);
         fill_main_ring(shard, URGENT_BACKLOG);
         push(shard, 60);
@@ -491,7 +509,7 @@ mod tests {
     fn references_of_cancelled_timers_are_compacted_away() {
         let core = core();
         let shard = &core.shards[0];
-        let mut tick = TickLoop::new(&core, 0, TickLoop::wheel(&core).unwrap());
+        let mut tick = ShardTick::new(&core, 0, ShardTick::wheel(&core).unwrap());
         let n = 3 * COMPACT_MIN_STALE;
         let mut timers = Vec::new();
         for i in 0..n {

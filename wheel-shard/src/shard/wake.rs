@@ -271,4 +271,54 @@ mod loom_models {
             tick.join().unwrap();
         });
     }
+
+    /// A tick thread driving two shards (`runtime/tick_thread.rs`): it marks itself awake on
+    /// both wakers, publishes one plan on each, looks at both shards' queues, and parks once.
+    /// A producer on each shard pushes and nudges it, racing the thread and each other; neither
+    /// push is left unseen with the thread parked.
+    #[test]
+    fn a_thread_driving_two_shards_misses_no_push() {
+        crate::sync::model_bounded(3, || {
+            let wakers = Arc::new([TickWaker::new(), TickWaker::new()]);
+            let work = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+            let tick = {
+                let (wakers, work) = (Arc::clone(&wakers), Arc::clone(&work));
+                thread::spawn(move || {
+                    // What the thread has taken from each shard's queue.
+                    let mut taken = [0, 0];
+                    loop {
+                        wakers.iter().for_each(TickWaker::mark_awake);
+                        for (taken, work) in taken.iter_mut().zip(work.iter()) {
+                            *taken = work.load(Ordering::SeqCst);
+                        }
+                        if taken == [1, 1] {
+                            return;
+                        }
+                        let may_sleep = wakers.iter().zip(work.iter()).zip(taken).all(
+                            |((waker, work), taken)| {
+                                waker.plan_sleep(0, 10, || work.load(Ordering::SeqCst) == taken)
+                            },
+                        );
+                        if may_sleep {
+                            wakers[0].park(10, || Duration::from_millis(1));
+                        }
+                    }
+                })
+            };
+            for waker in wakers.iter() {
+                waker.set_thread(tick.thread().clone());
+            }
+            let other = {
+                let (wakers, work) = (Arc::clone(&wakers), Arc::clone(&work));
+                thread::spawn(move || {
+                    work[1].fetch_add(1, Ordering::SeqCst);
+                    wakers[1].nudge(5);
+                })
+            };
+            work[0].fetch_add(1, Ordering::SeqCst);
+            wakers[0].nudge(5);
+            other.join().unwrap();
+            tick.join().unwrap();
+        });
+    }
 }
