@@ -143,11 +143,6 @@ impl<'a> ShardTick<'a> {
         }
     }
 
-    /// Then hands due references to the executor (see [`ShardTick::expire`]); returns how many.
-    pub(crate) fn hand_out(&mut self, now: u64) -> usize {
-        self.expire(now)
-    }
-
     /// The pass ends, after the workers were woken: a bounded step of compaction, then
     /// what is left. Under a manual clock, a shard with nothing left to do now reports that it
     /// has caught up with the `Settle` round `round` (read before the pass looked at anything
@@ -284,7 +279,7 @@ impl<'a> ShardTick<'a> {
     /// of expiries never keeps the ring from being drained for long; the loop comes straight
     /// back while more are due. Returns how many it handed out; waking workers for them is the
     /// caller's.
-    fn expire(&mut self, now: u64) -> usize {
+    pub(crate) fn expire(&mut self, now: u64) -> usize {
         let shard = self.shard.index;
         let mut handed = 0;
         while handed < EXPIRE_BATCH {

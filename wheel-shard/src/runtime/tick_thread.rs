@@ -88,7 +88,7 @@ impl<'a> TickThread<'a> {
             // Every shard hands out before any worker is woken: a worker woken for the first
             // shard's would take its core from this thread (the kernel puts a wakee on its
             // waker's core) and, done with them, sleep again before the next shard's.
-            let handed: usize = self.shards.iter_mut().map(|tick| tick.hand_out(now)).sum();
+            let handed: usize = self.shards.iter_mut().map(|tick| tick.expire(now)).sum();
             let watch_workers = if manual {
                 // Virtual time stands still until every run is done: wake all it may need.
                 core.executor.notify(handed);
