@@ -213,9 +213,10 @@ impl Config {
 
     /// Overrides each field whose variable is set: `WHEEL_` and the field's name in capitals
     /// (`WHEEL_RING_CAPACITY` for `ring_capacity`; [`limits::FIELDS`] lists them). Numbers may
-    /// group digits with `_`, `WHEEL_MAX_PENDING` and `WHEEL_TICK_THREADS` take `none`, booleans `true`/`false`/`1`/`0`,
-    /// and durations read like "1ms", "500us", "2s". A value that does not parse is an error
-    /// naming the variable and the field; then the whole config is validated.
+    /// group digits with `_`, `WHEEL_MAX_PENDING` and `WHEEL_TICK_THREADS` take `none`,
+    /// booleans `true`/`false`/`1`/`0`, and durations read like "1ms", "500us", "2s". A value
+    /// that does not parse is an error naming the variable and the field; then the whole config
+    /// is validated.
     pub fn with_env(self) -> Result<Config, ConfigError> {
         self.with_vars(|name| std::env::var(name).ok())
     }

@@ -56,7 +56,8 @@ pub(crate) struct ShardTick<'a> {
     core: &'a Core,
     shard: &'a Shard,
     wheel: ShardWheel,
-    /// Under a manual clock: virtual time waits for everything queued (see [`ShardTick::end_pass`]).
+    /// Under a manual clock, virtual time waits for everything queued (see
+    /// [`ShardTick::end_pass`]).
     manual: bool,
     /// `Config::transfer_batch`: the most commands moved during one tick.
     batch: usize,

@@ -11,8 +11,8 @@
 //!
 //! A pass reads the clock once; it takes new references into each shard's wheel, then hands
 //! out what is due in each, then wakes workers for all of it (`runtime/rouse.rs`), and ends
-//! each shard's pass (a step of compaction, what is left). It goes round again while any shard has work now,
-//! and otherwise sleeps until the earliest tick any shard needs.
+//! each shard's pass (a step of compaction, what is left). It goes round again while any shard
+//! has work now, and otherwise sleeps until the earliest tick any shard needs.
 //!
 //! The sleep is `shard/wake.rs`'s handshake made on every shard: the thread publishes the same
 //! planned tick on each shard's waker, then looks at each shard's queues once more, and a
