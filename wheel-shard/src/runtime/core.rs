@@ -183,6 +183,14 @@ impl Core {
         grew
     }
 
+    /// Runs the tick threads handed to the executor, all shards together.
+    pub(crate) fn handed(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| shard.handed.load(Ordering::SeqCst))
+            .sum()
+    }
+
     /// `Config::capacity` split evenly over the shards (rounded up).
     pub(crate) fn capacity_per_shard(&self) -> usize {
         self.config.capacity.div_ceil(self.config.shards)

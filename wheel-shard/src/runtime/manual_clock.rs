@@ -137,16 +137,7 @@ impl ManualClock {
 
     /// Runs handed to the executor and not finished yet.
     fn in_flight(&self) -> u64 {
-        self.handed().saturating_sub(self.core.executor.done())
-    }
-
-    /// Runs the tick threads handed to the executor, all shards together.
-    fn handed(&self) -> u64 {
-        self.core
-            .shards
-            .iter()
-            .map(|shard| shard.handed.load(Ordering::SeqCst))
-            .sum()
+        self.core.handed().saturating_sub(self.core.executor.done())
     }
 
     /// Waits until the service has caught up with the current virtual now: rounds of "wake
@@ -159,7 +150,7 @@ impl ManualClock {
             // No callback runs when a round opens, so only runs handed out in it can queue work.
             core.settle
                 .wait_until(|| stopped() || self.in_flight() == 0);
-            let handed = self.handed();
+            let handed = self.core.handed();
             let round = core.settle.round.fetch_add(1, Ordering::SeqCst) + 1;
             self.wake_tick_threads();
             core.settle.wait_until(|| {
@@ -173,7 +164,7 @@ impl ManualClock {
             if stopped() {
                 return;
             }
-            let quiet = self.handed() == handed
+            let quiet = self.core.handed() == handed
                 && core
                     .shards
                     .iter()

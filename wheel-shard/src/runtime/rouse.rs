@@ -22,8 +22,6 @@
 //! reference still waits and A's run has gone on for a millisecond: worker B is woken, steals
 //! the second, and both callbacks pass the barrier.
 
-use std::sync::atomic::Ordering;
-
 use crate::executor::Roused;
 use crate::runtime::core::Core;
 
@@ -59,11 +57,7 @@ impl Rouser {
         }
         // Taken before handed: both only grow, so the difference never counts too few.
         let taken = core.executor.taken();
-        let handed_all: u64 = core
-            .shards
-            .iter()
-            .map(|shard| shard.handed.load(Ordering::SeqCst))
-            .sum();
+        let handed_all = core.handed();
         let waiting = handed_all.saturating_sub(taken);
         if waiting == 0 {
             self.watching = false;
