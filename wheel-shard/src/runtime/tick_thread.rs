@@ -14,6 +14,13 @@
 //! each shard's pass (a step of compaction, what is left). It goes round again while any shard
 //! has work now, and otherwise sleeps until the earliest tick any shard needs.
 //!
+//! A pass that handed out runs and goes straight round again (a flood of new timers, or more
+//! due) ends with a yield of the CPU. The kernel puts a woken worker on its waker's CPU, and
+//! while producers keep both CPUs of a small machine busy, that worker would otherwise wait
+//! there for the rest of this thread's slice, milliseconds, with its runs already due. The
+//! yield lets it run now; workers then take smaller batches, which costs them a little CPU a
+//! timer (what it buys and costs: docs/performance.md, fifteenth session).
+//!
 //! The sleep is `shard/wake.rs`'s handshake made on every shard: the thread publishes the same
 //! planned tick on each shard's waker, then looks at each shard's queues once more, and a
 //! producer of any shard whose deadline comes before the plan unparks the thread. For each
@@ -110,6 +117,11 @@ impl<'a> TickThread<'a> {
                 *ring_waits = plan.ring_waits;
             }
             if again {
+                if handed > 0 && !manual {
+                    // Going straight round (a flood, or more due): the workers just woken for
+                    // this pass's runs get the CPU first (see the module doc).
+                    std::thread::yield_now();
+                }
                 continue;
             }
             if manual {
