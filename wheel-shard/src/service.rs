@@ -245,12 +245,11 @@ impl TimerService {
             .acquire()
             .map_err(|limit| ScheduleError::TooManyPending { limit })?;
         let shard = core.pick_shard();
-        let Ok(slot) = shard.table.claim(deadline) else {
+        let Ok((slot, record)) = shard.table.claim_record(deadline) else {
             // Every record of the shard's table holds a live timer.
             core.limit.release();
             return Err(ScheduleError::Saturated);
         };
-        let record = shard.table.record_of(slot);
         let (gen, _) = record.arm(deadline, task);
         let placement = Placement { deadline, slot };
         match shard.push(placement, wait) {

@@ -39,6 +39,8 @@ use super::record::Record;
 /// zero itself: every page of the segment written at once.
 const SEGMENT_BITS: u32 = 20;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
+// A word of the free map, 64 slots, never straddles two segments (see `Group::records`).
+const _: () = assert!(SEGMENT_LEN % 64 == 0);
 /// 256 segments of 1 Mi records: 2^28 (268 million) timers per shard at once.
 const SEGMENTS: usize = 1 << 8;
 /// Records that fit in one 4 KiB page (85 of 48 bytes): [`TimerTable::write_records`] writes
@@ -111,12 +113,27 @@ const SPARE_WORDS: usize = BATCH / 64;
 /// record along, and a thread holds up to `(GROUPS + SPARE_WORDS) × 64` free slots (8 448,
 /// 400 KiB of records) of each table it schedules on, where it held 512; they go back to
 /// the map when the thread ends.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Group {
     /// The word's first slot (a multiple of 64).
     base: u32,
     /// Bit `b` set: slot `base + b` is free, this cache's to hand out.
     free: u64,
+    /// The record of slot `base`, so a claim finds its record without looking up the segment
+    /// (null while the group has no word). The word's 64 records lie in one segment (a
+    /// segment holds a multiple of 64), which lives as long as the table, and a cache is used
+    /// only with its own table (see [`TimerTable::record_in`]).
+    records: *const Record,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group {
+            base: 0,
+            free: 0,
+            records: std::ptr::null(),
+        }
+    }
 }
 
 impl Group {
@@ -281,8 +298,14 @@ impl TimerTable {
     /// A free slot for a new timer due at tick `deadline`, owned by the caller until it arms
     /// the record or gives it back with [`TimerTable::release`]. Its record exists by the
     /// time this returns. It comes from this thread's group for the deadline (see [`Group`]).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn claim(&self, deadline: u64) -> Result<u32, TableFull> {
+        self.claim_record(deadline).map(|(slot, _)| slot)
+    }
+
+    /// [`TimerTable::claim`], with the slot's record.
+    #[inline]
+    pub(crate) fn claim_record(&self, deadline: u64) -> Result<(u32, &Record), TableFull> {
         let cached = CACHES.try_with(|caches| {
             let mut caches = caches.borrow_mut();
             let cache = self.cache(&mut caches);
@@ -298,19 +321,41 @@ impl TimerTable {
                         .slots
                         .pop()
                         .or_else(|| cache.groups.iter_mut().find_map(Group::pop))
+                        .map(|slot| (slot, self.record_of(slot)))
                         .ok_or(TableFull);
                 };
-                *group = Group { base, free };
+                let records = self.record_of(base);
+                *group = Group {
+                    base,
+                    free,
+                    records,
+                };
             }
             let slot = group.pop().expect("a group with free slots");
             // The group's next record, loaded while the timers of other groups are written.
-            if let Some(next) = group.peek().and_then(|next| self.record(next)) {
-                next.prefetch_for_write();
+            if let Some(next) = group.peek() {
+                self.record_in(group, next).prefetch_for_write();
             }
-            Ok(slot)
+            Ok((slot, self.record_in(group, slot)))
         });
         // Without thread-local storage (a thread being torn down): straight from the map.
-        cached.unwrap_or_else(|_| self.claim_uncached())
+        cached.unwrap_or_else(|_| {
+            let slot = self.claim_uncached()?;
+            Ok((slot, self.record_of(slot)))
+        })
+    }
+
+    /// The record of `slot`, one of the slots of `group`, a group of this table's cache.
+    #[inline]
+    fn record_in(&self, group: &Group, slot: u32) -> &Record {
+        debug_assert!(slot & !63 == group.base && !group.records.is_null());
+        // SAFETY: `group.records` is the record of slot `group.base` of this table, taken
+        // when the group took its word (a cache is used only with the table whose id it
+        // holds, and ids are never reused); `slot` lies within the same word, and a word's 64
+        // records lie in one segment, so the offset stays inside that segment's array; and
+        // segments are freed only with the table, which `&self` keeps alive for the
+        // returned reference's lifetime.
+        unsafe { &*group.records.add((slot - group.base) as usize) }
     }
 
     /// Puts words of free slots for the groups into the empty `spare`, lowest last:
@@ -351,7 +396,11 @@ impl TimerTable {
         let mut spare = Vec::new();
         self.refill_spare(&mut spare);
         let (base, free) = spare.pop().ok_or(TableFull)?;
-        let mut group = Group { base, free };
+        let mut group = Group {
+            base,
+            free,
+            ..Group::default()
+        };
         let slot = group.pop().expect("a word taken has a free slot");
         self.map
             .put_words(spare.into_iter().chain([(group.base, group.free)]));
@@ -777,6 +826,39 @@ mod tests {
             Group::index(soon + ((GROUPS as u64) << GROUP_TICKS_LOG2)),
             "deadlines a lap of groups apart share one"
         );
+    }
+
+    /// The record a claim comes with (found from its group's word, not looked up) is its
+    /// slot's, in its own table: with two tables used in turn by one thread, over words from
+    /// fresh blocks, from the map and from a group given back, and across a segment boundary.
+    #[test]
+    fn a_claim_comes_with_its_own_slot_s_record() {
+        let tables = [Arc::new(TimerTable::new()), Arc::new(TimerTable::new())];
+        let check = |table: &TimerTable, deadline: u64| {
+            let (slot, record) = table.claim_record(deadline).unwrap();
+            assert!(
+                std::ptr::eq(record, table.record_of(slot)),
+                "slot {slot}'s record"
+            );
+            slot
+        };
+        let mut held: Vec<Vec<u32>> = vec![Vec::new(), Vec::new()];
+        for i in 0..(SEGMENT_LEN as u64 + 3 * BATCH as u64) {
+            let deadline = (i % 3) << GROUP_TICKS_LOG2;
+            for (table, held) in tables.iter().zip(&mut held) {
+                held.push(check(table, deadline));
+            }
+        }
+        assert!(
+            held[0].iter().any(|&slot| slot as usize >= SEGMENT_LEN),
+            "claims reached a second segment"
+        );
+        for (table, held) in tables.iter().zip(&held) {
+            release_elsewhere(table, held[..4 * BATCH].to_vec());
+            for deadline in (0..4 * BATCH as u64).map(|i| (i % 5) << GROUP_TICKS_LOG2) {
+                check(table, deadline);
+            }
+        }
     }
 
     /// A timer cancelled on the thread that scheduled it, while its group's word is still in
