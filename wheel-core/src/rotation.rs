@@ -1,6 +1,6 @@
 //! [`Rotation`]: one turn of a level, a ring of slots with a bitmap of the non-empty ones.
 //!
-//! Each slot is a FIFO list of [`Chunk`](crate::chunks::Chunk)s holding its entries inline, in
+//! Each slot is a FIFO list of [`Chunk`]s holding its entries inline, in
 //! arrival order. Appending writes the tail chunk; taking from the front reads the head chunk;
 //! a cascade takes the whole list. Nothing here chases a pointer per entry: a walk reads a
 //! chunk's entries in a row before it follows a link, and starts loading the chunk after the one in

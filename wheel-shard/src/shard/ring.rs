@@ -44,14 +44,15 @@ unsafe impl<T: Send> Send for PendingRing<T> {}
 unsafe impl<T: Send> Sync for PendingRing<T> {}
 
 impl<T> PendingRing<T> {
-    /// A ring of `capacity` cells, rounded up to a power of two (at least 2).
+    /// [`PendingRing::try_new`] for tests, which expect the allocation to succeed.
     #[cfg(test)]
     pub(crate) fn new(capacity: usize) -> Self {
         Self::try_new(capacity).expect("a test ring fits in memory")
     }
 
-    /// [`PendingRing::new`] that reports an allocation the allocator refuses instead of
-    /// aborting (a ring is one allocation, up to gigabytes with a large `ring_capacity`).
+    /// A ring of `capacity` cells, rounded up to a power of two (at least 2), or the
+    /// allocator's refusal instead of an abort (a ring is one allocation, up to gigabytes with
+    /// a large `ring_capacity`).
     pub(crate) fn try_new(capacity: usize) -> Result<Self, RingRefused> {
         Ok(PendingRing {
             cells: Cells::try_new(capacity)?,

@@ -295,15 +295,15 @@ impl TimerTable {
         self.record(slot).expect("a slot handed out has a record")
     }
 
-    /// A free slot for a new timer due at tick `deadline`, owned by the caller until it arms
-    /// the record or gives it back with [`TimerTable::release`]. Its record exists by the
-    /// time this returns. It comes from this thread's group for the deadline (see [`Group`]).
+    /// [`TimerTable::claim_record`] without the record.
     #[cfg(test)]
     pub(crate) fn claim(&self, deadline: u64) -> Result<u32, TableFull> {
         self.claim_record(deadline).map(|(slot, _)| slot)
     }
 
-    /// [`TimerTable::claim`], with the slot's record.
+    /// A free slot for a new timer due at tick `deadline`, and its record, owned by the caller
+    /// until it arms the record or gives the slot back with [`TimerTable::release`]. It comes
+    /// from this thread's group for the deadline (see [`Group`]).
     #[inline]
     pub(crate) fn claim_record(&self, deadline: u64) -> Result<(u32, &Record), TableFull> {
         let cached = CACHES.try_with(|caches| {
@@ -390,7 +390,7 @@ impl TimerTable {
         Ok(())
     }
 
-    /// [`TimerTable::claim`] without a cache: a word for this one claim, the rest of what
+    /// [`TimerTable::claim_record`] without a cache: a word for this one claim, the rest of what
     /// the refill brought back to the map at once.
     fn claim_uncached(&self) -> Result<u32, TableFull> {
         let mut spare = Vec::new();
