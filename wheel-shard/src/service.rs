@@ -159,6 +159,7 @@ impl TimerService {
     /// clock reads the time-stamp counter, one counter read at most about 2 µs ahead of the
     /// truth (a few ns instead of a clock call), so about one deadline in 500 lands a tick
     /// later than an exact read would put it (1 ms tick; ticks under 100 µs read the clock).
+    #[inline(always)]
     pub fn schedule(
         &self,
         delay: Duration,
@@ -190,6 +191,7 @@ impl TimerService {
     }
 
     /// Runs `task` once at `deadline`, rounded up to the tick; a past instant fires at once.
+    #[inline(always)]
     pub fn schedule_at(
         &self,
         deadline: Instant,
@@ -220,6 +222,14 @@ impl TimerService {
     }
 
     /// Sends a new timer to a shard, waiting up to `wait` for room in its ring.
+    ///
+    /// Inlined, with `try_submit`, into every `schedule*` call site, as `schedule` and
+    /// `schedule_at` are into their callers, so that the task and the id do not cross a call
+    /// as copies in memory: such a copy's wide load waits for every earlier store of the
+    /// producer to reach the cache (the record's, the ring cell's) before it completes
+    /// (docs/performance.md, sixteenth session). The price is about 3 KiB of code a call site;
+    /// the unusual paths (a full ring, a refill of free slots, a shutdown) stay out of line.
+    #[inline(always)]
     fn submit(&self, deadline: u64, task: Task, wait: Duration) -> Result<TimerId, ScheduleError> {
         let result = self.try_submit(deadline, task, wait);
         if result.is_err() {
@@ -231,6 +241,7 @@ impl TimerService {
     /// Claims a free record of a shard, arms it with the task, and sends its first reference
     /// through the shard's ring. The record is written whole by this thread; the tick thread
     /// gets only the reference.
+    #[inline(always)]
     fn try_submit(
         &self,
         deadline: u64,
