@@ -228,7 +228,7 @@ impl TimerService {
     /// as copies in memory: such a copy's wide load waits for every earlier store of the
     /// producer to reach the cache (the record's, the ring cell's) before it completes
     /// (docs/performance.md, sixteenth session). The price is about 3 KiB of code a call site;
-    /// the unusual paths (a full ring, a refill of free slots, a shutdown) stay out of line.
+    /// the unusual paths (a full ring, a refill of free slots) stay out of line.
     #[inline(always)]
     fn submit(&self, deadline: u64, task: Task, wait: Duration) -> Result<TimerId, ScheduleError> {
         let result = self.try_submit(deadline, task, wait);
