@@ -32,6 +32,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use wheel_shard::{Config, TimerService};
 
 #[global_allocator]
@@ -81,14 +82,10 @@ struct Handover {
     cells: Box<[HandoverCell]>,
     /// The next position the consumer reads; the producer reads it only when the ring looks
     /// full.
-    head: Padded<AtomicU64>,
+    head: CachePadded<AtomicU64>,
     /// Set by the producer when it has sent everything.
     done: AtomicBool,
 }
-
-/// Keeps a value on cache lines of its own.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 impl Handover {
     fn new() -> Self {
@@ -99,7 +96,7 @@ impl Handover {
                     reference: AtomicU64::new(0),
                 })
                 .collect(),
-            head: Padded(AtomicU64::new(0)),
+            head: CachePadded::new(AtomicU64::new(0)),
             done: AtomicBool::new(false),
         }
     }
@@ -108,7 +105,7 @@ impl Handover {
     #[inline(always)]
     fn send(&self, tail: &mut u64, head_seen: &mut u64, reference: u64) {
         while *tail - *head_seen == HANDOVER_CELLS as u64 {
-            *head_seen = self.head.0.load(Ordering::Acquire);
+            *head_seen = self.head.load(Ordering::Acquire);
             std::hint::spin_loop();
         }
         let cell = &self.cells[*tail as usize & (HANDOVER_CELLS - 1)];
@@ -134,7 +131,7 @@ impl Handover {
                 head += 1;
             }
             if head != start {
-                self.head.0.store(head, Ordering::Release);
+                self.head.store(head, Ordering::Release);
             } else if finished {
                 return sum;
             }
