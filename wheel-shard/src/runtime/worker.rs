@@ -40,7 +40,8 @@ const SHORT_RUN: u64 = 1_000_000;
 /// Runs a worker stays at [`SHALLOW`] after one longer than [`SHORT_RUN`].
 const SHALLOW_RUNS: u32 = 1024;
 /// How long a run may wait in the queues (nanoseconds) before its worker wakes another to
-/// help: a fifth of a default tick, more than one worker's share of a busy tick.
+/// help: a fifth of a default tick, more than one worker's share of a busy tick. Also the
+/// least time between two such calls of one worker.
 const BEHIND: u64 = 200_000;
 
 /// What a worker keeps to itself between runs.
@@ -60,6 +61,8 @@ struct WorkerOwn {
     shallow_for: u32,
     /// Times runs for the statistics.
     stopwatch: Stopwatch,
+    /// When it may wake another worker to help (see [`HelpCalls`]).
+    help_calls: HelpCalls,
     manual: bool,
 }
 
@@ -93,6 +96,7 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         ahead: VecDeque::with_capacity(DEEP),
         shallow_for: 0,
         stopwatch: Stopwatch::new(),
+        help_calls: HelpCalls::default(),
         manual: core.clock.is_manual(),
     };
     loop {
@@ -292,12 +296,53 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
     let queued_for = started.saturating_sub(run.handed_at);
     stats.queue_delay.record(queued_for);
     if queued_for > BEHIND {
-        core.executor.call_for_help();
+        call_for_help(core, own, started);
     }
     WorkerStats::count(&stats.fired);
     let slow = measure_last_run(core, own, stats, started);
     report_slow(core, own, slow);
     own.last_run = Some(LastRun { started, id });
+}
+
+/// A run of this worker started over [`BEHIND`] late, at `now`: wakes a sleeping worker to
+/// help when [`HelpCalls::may_call`] says so.
+fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
+    if own.help_calls.may_call(now, || core.executor.has_work()) {
+        core.executor.call_for_help();
+    }
+}
+
+/// When a worker whose runs start late wakes another to help.
+///
+/// Only when there is work the helper could take — references in the hand-out queues or in
+/// a worker's deque, not only those in the caller's hands, which no other worker can take —
+/// and at most once every [`BEHIND`]. Without the two conditions a worker whose hand holds
+/// runs that all waited long (handed out while it was preempted) called on every run: the
+/// worker it woke found nothing, slept, and was woken again by the next run, tens of futile
+/// wake-ups a tick on one CPU (docs/performance.md, seventeenth session).
+#[derive(Default)]
+struct HelpCalls {
+    /// When this worker last called (`Stopwatch::real_nanos`), if it ever did.
+    last: Option<u64>,
+}
+
+impl HelpCalls {
+    /// Whether to call for help at `now`, with `stealable` telling whether other workers
+    /// could take any of the queued work (read only when the time allows a call). A `true`
+    /// counts as the call.
+    fn may_call(&mut self, now: u64, stealable: impl FnOnce() -> bool) -> bool {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_sub(last) < BEHIND)
+        {
+            return false;
+        }
+        if !stealable() {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
 }
 
 /// Measures the worker's last run, ended by `now` (see [`WorkerOwn`]), into `stats` (the
@@ -356,5 +401,37 @@ impl SlowLog {
         );
         self.last = Some(now);
         self.held_back = 0;
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_late_worker_calls_for_help_only_for_work_others_can_take() {
+        let mut calls = HelpCalls::default();
+        // Everything queued is in the caller's own hands: no call, and none counted.
+        assert!(!calls.may_call(1_000_000, || false));
+        assert!(calls.may_call(1_000_001, || true));
+    }
+
+    #[test]
+    fn a_late_worker_calls_at_most_once_every_behind() {
+        let mut calls = HelpCalls::default();
+        let start = 5_000_000;
+        assert!(calls.may_call(start, || true));
+        let mut asked = false;
+        assert!(!calls.may_call(start + BEHIND - 1, || {
+            asked = true;
+            true
+        }));
+        assert!(
+            !asked,
+            "the queues are not read while the time forbids a call"
+        );
+        assert!(calls.may_call(start + BEHIND, || true));
+        // A clock read that went backwards (another CPU's) does not allow a call either.
+        assert!(!calls.may_call(start, || true));
     }
 }
