@@ -6,7 +6,11 @@
 //! `sleepers` and takes the lock to wake someone only when someone is counted. A SeqCst fence
 //! on each side between its write and its read makes at least one see the other, so a task is
 //! never left queued with every worker asleep; and since a counted worker holds the lock until
-//! it waits, a wake-up never arrives before the wait it is meant for.
+//! it waits, a wake-up never arrives before the wait it is meant for. The waker decides whom to
+//! wake under the lock and notifies after releasing it, so the worker woken finds the lock
+//! free: the worker it counted is inside the wait already, and if it came back on its own
+//! meanwhile it took itself off the count and looks at the queues anyway (the notify then
+//! wakes, at worst, one worker that finds nothing).
 //!
 //! On this VM every wake-up of a sleeping thread costs the machine 5–20 µs, as much as a
 //! hundred short callbacks (docs/performance.md), so a tick thread wakes one worker for what it
@@ -54,18 +58,44 @@ pub(crate) enum Roused {
     All,
 }
 
+/// Whom to wake once the lock is released: decided under it, done after it, so a woken
+/// worker does not run only to block on the lock its waker still holds (and be woken a second
+/// time by the unlock: a quarter of all worker wake-ups before, docs/performance.md,
+/// seventeenth session).
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    Nobody,
+    One,
+    All,
+}
+
+impl Wake {
+    /// Wakes whom it names; call after dropping the lock.
+    fn send(self, wake: &Condvar) {
+        match self {
+            Wake::Nobody => {}
+            Wake::One => wake.notify_one(),
+            Wake::All => wake.notify_all(),
+        }
+    }
+}
+
 impl Asleep {
-    /// Wakes one waiting worker not woken already, if there is one.
-    fn rouse_one(&mut self, wake: &Condvar) {
+    /// Counts one waiting worker not woken already as woken, if there is one.
+    fn rouse_one(&mut self) -> Wake {
         if self.roused < self.waiting {
             self.roused += 1;
-            wake.notify_one();
+            Wake::One
+        } else {
+            Wake::Nobody
         }
     }
 
-    fn rouse_all(&mut self, wake: &Condvar) {
+    /// Counts every waiting worker as woken.
+    fn rouse_all(&mut self) -> Wake {
         self.roused = self.waiting;
-        wake.notify_all();
+        Wake::All
     }
 }
 
@@ -91,9 +121,15 @@ impl Idle {
         }
         let mut asleep = self.lock();
         if handed >= asleep.waiting {
-            asleep.rouse_all(&self.wake);
+            let wake = asleep.rouse_all();
+            drop(asleep);
+            wake.send(&self.wake);
         } else {
-            (0..handed).for_each(|_| asleep.rouse_one(&self.wake));
+            let woken: usize = (0..handed)
+                .map(|_| usize::from(asleep.rouse_one() == Wake::One))
+                .sum();
+            drop(asleep);
+            (0..woken).for_each(|_| Wake::One.send(&self.wake));
         }
     }
 
@@ -107,16 +143,18 @@ impl Idle {
             return Roused::NoneAsleep;
         }
         let mut asleep = self.lock();
-        if backlog {
-            asleep.rouse_all(&self.wake);
-            return Roused::All;
-        }
-        let awake = workers.saturating_sub(asleep.waiting);
-        if awake.saturating_sub(stuck) + asleep.roused > 0 {
-            return Roused::Free;
-        }
-        asleep.rouse_one(&self.wake);
-        Roused::One
+        let (wake, roused) = if backlog {
+            (asleep.rouse_all(), Roused::All)
+        } else {
+            let awake = workers.saturating_sub(asleep.waiting);
+            if awake.saturating_sub(stuck) + asleep.roused > 0 {
+                return Roused::Free;
+            }
+            (asleep.rouse_one(), Roused::One)
+        };
+        drop(asleep);
+        wake.send(&self.wake);
+        roused
     }
 
     /// Worker, whose runs are falling behind: wakes one sleeping worker to help, unless one
@@ -128,15 +166,20 @@ impl Idle {
             return;
         }
         let mut asleep = self.lock();
-        if asleep.roused == 0 {
-            asleep.rouse_one(&self.wake);
-        }
+        let wake = if asleep.roused == 0 {
+            asleep.rouse_one()
+        } else {
+            Wake::Nobody
+        };
+        drop(asleep);
+        wake.send(&self.wake);
     }
 
     /// Lets workers exit once the queues are empty, waking every sleeper to see it.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.lock().rouse_all(&self.wake);
+        let wake = self.lock().rouse_all();
+        wake.send(&self.wake);
     }
 
     /// Whether [`Idle::stop`] was called.
