@@ -55,8 +55,8 @@ pub(crate) struct WorkerStats {
     /// queues and the workers' deques) into its own hands: the rest of what was handed out is
     /// still there for any worker.
     pub(crate) taken: AtomicU64,
-    /// When the run in progress started (`Clock::real_nanos`, at least 1); 0 while the
-    /// worker is between runs with nothing to run, or asleep.
+    /// When the run, or the step of table growth, in progress started (`Clock::real_nanos`,
+    /// at least 1); 0 while the worker is between runs with nothing to run, or asleep.
     pub(crate) running_since: AtomicU64,
     pub(crate) lateness: Durations,
     pub(crate) callback_time: Durations,

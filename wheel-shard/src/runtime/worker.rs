@@ -119,13 +119,21 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
             continue;
         }
         end_last_run(core, &mut own);
-        executor.workers[index]
-            .running_since
-            .store(0, Ordering::Release);
+        let running_since = &executor.workers[index].running_since;
         if executor.stopped() && !executor.has_work() {
+            running_since.store(0, Ordering::Release);
             return;
         }
-        if core.grow_a_table() {
+        // A step of growth counts as a run: it faults fresh memory, which can take this VM
+        // milliseconds, and the tick threads must see this worker stuck in it and wake
+        // another for what they hand out meanwhile, not count on it as free.
+        running_since.store(
+            own.stopwatch.real_nanos(&core.clock).max(1),
+            Ordering::Release,
+        );
+        let grew = core.grow_a_table();
+        running_since.store(0, Ordering::Release);
+        if grew {
             // A step of growth done: look for work again before the next.
             continue;
         }
