@@ -184,7 +184,11 @@ const METHOD: &str = "
   notes how late it wakes. A late wake-up is either the vCPU not running (the host stopped
   it, or the guest kernel held interrupts off: every thread on it is late by as much, the
   service's callbacks included) or the guest kernel running other threads on that CPU first
-  (the watcher's own run-queue wait, from its schedstat, tells how much). *stall max* is the
+  (the watcher's own run-queue wait, from its schedstat, tells how much). The watchers run at
+  the lowest real-time priority where the kernel allows it (*watched* says how many did), so
+  they do not wait behind the bench's or the service's threads: at normal priority a stall
+  that came while a watcher waited for its CPU was booked as that wait, and a busy round's
+  stalls went largely unseen. *stall max* is the
   latest wake-up less that wait, over all vCPUs; the `host stalls` table adds the stalls
   over 200 µs, the time lost in them, the late wake-ups that were run-queue waits (not
   stalls) and the kernel's steal time over the round. Compare a run's lateness tail with its

@@ -2,6 +2,7 @@
 
 use crate::harness::result::{RunResult, Skipped};
 use crate::harness::scenario::Scenario;
+use crate::host::stalls::HostStalls;
 use crate::options::Options;
 use crate::report::format::{bytes_text, count_text, nanos_text, rate_text, ratio_text};
 use crate::report::table::Table;
@@ -204,10 +205,20 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             sleeper_text(s.sleeper_wakes, s.sleeper_max_ns),
             sleeper_text(s.sleeper_wakes, s.relay_p999_ns),
             sleeper_text(s.sleeper_wakes, s.relay_max_ns),
-            nanos_text(s.observed_ns),
+            watched_text(&s),
         ]);
     }
     Some(table)
+}
+
+/// How long the probe watched, and how many of its watchers ran at real-time priority.
+fn watched_text(s: &HostStalls) -> String {
+    let observed = nanos_text(s.observed_ns);
+    if s.realtime_watchers == 0 {
+        observed
+    } else {
+        format!("{observed} ({} real-time)", s.realtime_watchers)
+    }
 }
 
 /// A figure of the sleeper's, or "–" where no sleeper ran.
@@ -344,7 +355,6 @@ mod tests {
 
     use super::*;
     use crate::harness::result::MemoryFigures;
-    use crate::host::stalls::HostStalls;
 
     fn run(system: &str, timers: u64, rate: f64, p99: u64) -> RunResult {
         let mut r = RunResult::new(system, Scenario::Fire, timers, Duration::from_secs(1), 1);
