@@ -125,9 +125,9 @@ impl Idle {
             drop(asleep);
             wake.send(&self.wake);
         } else {
-            let woken: usize = (0..handed)
-                .map(|_| usize::from(asleep.rouse_one() == Wake::One))
-                .sum();
+            let woken = (0..handed)
+                .filter(|_| asleep.rouse_one() == Wake::One)
+                .count();
             drop(asleep);
             (0..woken).for_each(|_| Wake::One.send(&self.wake));
         }
