@@ -3,7 +3,7 @@
 //! The bench's histograms say how late the p99.99 timer was, not which timers were that late.
 //! This example schedules timers as the bench's `fire` scenario does (one producer, delays
 //! uniform over the spread, the clock read every 64 timers, deadlines by `schedule_at`), after
-//! one unmeasured warm-up round of the same size, and notes each timer's lateness by its index.
+//! unmeasured warm-up rounds of the same size (one unless told), and notes each timer's lateness by its index.
 //! It then prints the p99.99 and the max, and the latest 1 in 10 000 timers grouped by when they
 //! were due, in 5 ms windows from the start of the round, beside how long the scheduling burst
 //! took: a tail of scattered single windows is the host's or the guest's scheduling, a tail
@@ -12,10 +12,11 @@
 //! them means references that waited in a full pending ring past their deadline.
 //!
 //! ```text
-//! cargo run --release -p wheel-bench --example late_timers -- [TIMERS] [SPREAD_MS] [CAPACITY]
+//! cargo run --release -p wheel-bench --example late_timers -- [TIMERS] [SPREAD_MS] [CAPACITY] [WARM_UPS]
 //! ```
 //!
-//! `CAPACITY` is `Config::capacity` (0, the default: records written as the table grows). It
+//! `CAPACITY` is `Config::capacity` (0, the default: records written as the table grows).
+//! `WARM_UPS` 0 measures a cold service, whose first burst grows its memory. It
 //! exits non-zero if a timer fired early or never ran.
 
 use std::collections::BTreeMap;
@@ -118,6 +119,7 @@ fn main() {
     let timers = arg(1, 10_000_000) as usize;
     let spread_ns = arg(2, 10_000).max(1) * 1_000_000;
     let capacity = arg(3, 0) as usize;
+    let warm_ups = arg(4, 1);
     let service = TimerService::new(Config {
         capacity,
         ..Config::default()
@@ -128,8 +130,10 @@ fn main() {
         .expect("set once");
 
     // Warm-up: the same round, unrecorded, so the measured one finds the memory grown.
-    schedule_all(&service, timers, spread_ns, Instant::now(), false);
-    wait_until_all_ran(&service);
+    for _ in 0..warm_ups {
+        schedule_all(&service, timers, spread_ns, Instant::now(), false);
+        wait_until_all_ran(&service);
+    }
 
     let origin = *ORIGIN.get_or_init(Instant::now);
     let due = schedule_all(&service, timers, spread_ns, origin, true);
@@ -155,8 +159,8 @@ fn main() {
     samples.sort_unstable_by_key(|&(late_us, _, _)| std::cmp::Reverse(late_us));
     let tail = (samples.len() / 10_000).max(1);
     println!(
-        "{timers} timers over {} ms, capacity {capacity}: the burst took {burst:?}; \
-         p99.99 {} µs, max {} µs",
+        "{timers} timers over {} ms, capacity {capacity}, {warm_ups} warm-up rounds: \
+         the burst took {burst:?}; p99.99 {} µs, max {} µs",
         spread_ns / 1_000_000,
         samples[tail - 1].0,
         samples[0].0

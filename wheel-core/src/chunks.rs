@@ -27,6 +27,7 @@
 use std::collections::TryReserveError;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, MaybeUninit};
+use std::ops::Range;
 
 use crate::entry::Stored;
 
@@ -377,15 +378,21 @@ impl<T: Copy> Chunks<T> {
             if block >= MAX_BLOCKS {
                 return Err(capacity_overflow());
             }
-            self.blocks.try_reserve_exact(1)?;
-            let new = zeroed_block(block_len(block)).ok_or_else(capacity_overflow)?;
-            self.blocks.push(new);
+            self.add_block()?;
         }
         // A zeroed chunk is empty, but links to chunk 0.
         self.get_mut(id).next = NIL;
         self.written = next_fresh(id);
         self.total += 1;
         self.reserved += 1;
+        Ok(())
+    }
+
+    /// Adds the next block, zeroed (below [`MAX_BLOCKS`]).
+    fn add_block(&mut self) -> Result<(), TryReserveError> {
+        self.blocks.try_reserve_exact(1)?;
+        let new = zeroed_block(block_len(self.blocks.len())).ok_or_else(capacity_overflow)?;
+        self.blocks.push(new);
         Ok(())
     }
 
@@ -438,6 +445,37 @@ impl<T: Copy> Chunks<T> {
             self.write_next()?;
         }
         Ok(())
+    }
+
+    /// Where the never-written chunks handed out next lie, up to `chunks` of them, as at most
+    /// two address ranges: the rest of the block being written, and the start of the block
+    /// after it, which this adds (zeroed, untouched) when the count reaches past the first.
+    /// Empty ranges when there is nothing ahead. The blocks never move while the pool lives,
+    /// and the pool writes those chunks whenever it hands them out, so another thread may
+    /// only do to them what keeps their contents (make their pages resident); see
+    /// `Wheel::untouched_ahead`. A block the allocator refuses is an error; nothing changes.
+    pub(crate) fn untouched_ahead(
+        &mut self,
+        chunks: usize,
+    ) -> Result<[Range<usize>; 2], TryReserveError> {
+        let mut ranges = [0..0, 0..0];
+        let (mut id, mut left) = (self.written, chunks);
+        for range in &mut ranges {
+            let block = (id >> BLOCK_BITS) as usize;
+            if left == 0 || block >= MAX_BLOCKS {
+                break;
+            }
+            if block == self.blocks.len() {
+                self.add_block()?;
+            }
+            let at = (id & BLOCK_MASK) as usize;
+            let len = (block_len(block) - at).min(left);
+            let first = self.blocks[block][at..].as_ptr() as usize;
+            *range = first..first + len * size_of::<Chunk<T>>();
+            left -= len;
+            id = ((block + 1) << BLOCK_BITS) as u32;
+        }
+        Ok(ranges)
     }
 
     /// Bytes [`Chunks::try_reserve_spare`]`(chunks)` writes in an empty pool: the chunks
@@ -553,6 +591,42 @@ mod tests {
             BLOCK as u32,
             "on to block 1"
         );
+    }
+
+    #[test]
+    fn untouched_ahead_names_the_chunks_handed_out_next() {
+        let mut chunks = Chunks::<u64>::default();
+        let size = size_of::<Chunk<u64>>();
+        let [first, second] = chunks.untouched_ahead(10).unwrap();
+        assert_eq!(chunks.blocks.len(), 1, "the first block, added");
+        assert_eq!(first.start, chunks.get(0) as *const _ as usize);
+        assert_eq!(first.len(), 10 * size);
+        assert!(second.is_empty());
+        assert_eq!(chunks.total(), 0, "nothing written");
+        let id = chunks.alloc();
+        assert_eq!(id, 0, "the first chunk named is the first handed out");
+        for _ in 1..FIRST_BLOCK - 3 {
+            chunks.alloc();
+        }
+        let [rest, next] = chunks.untouched_ahead(10).unwrap();
+        assert_eq!(chunks.blocks.len(), 2, "the next block, added ahead of use");
+        assert_eq!(
+            rest.start,
+            chunks.get(FIRST_BLOCK as u32 - 3) as *const _ as usize
+        );
+        assert_eq!(rest.len(), 3 * size, "the rest of the first block");
+        assert_eq!(next.start, chunks.get(BLOCK as u32) as *const _ as usize);
+        assert_eq!(next.len(), 7 * size, "the start of the second");
+        for _ in 0..3 {
+            chunks.alloc();
+        }
+        assert_eq!(
+            chunks.alloc(),
+            BLOCK as u32,
+            "the block added ahead is used next"
+        );
+        assert_eq!(chunks.blocks.len(), 2);
+        assert_eq!(chunks.untouched_ahead(0).unwrap(), [0..0, 0..0]);
     }
 
     #[test]

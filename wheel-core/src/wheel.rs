@@ -4,6 +4,7 @@ use std::collections::TryReserveError;
 use std::fmt;
 use std::iter::FusedIterator;
 use std::mem::size_of;
+use std::ops::Range;
 
 use crate::chunks::{Chunk, Chunks, NIL};
 use crate::entry::{Entry, Stored, Wide};
@@ -275,6 +276,37 @@ impl<T: Copy> Wheel<T> {
     pub fn try_reserve(&mut self, additional: usize) -> Result<(), TryReserveError> {
         let chunks = Self::chunks_for(self.geometry.slots(), additional);
         self.chunks.try_reserve_spare(chunks)
+    }
+
+    /// Where the wheel's memory grows next: the never-used chunks it takes next, up to
+    /// `bytes` of them in whole chunks, as at most two address ranges (the rest of the block
+    /// in use, and the start of the next one, which this allocates untouched if need be).
+    ///
+    /// For a caller that wants those pages resident before the wheel first writes them, so
+    /// that the write does not wait for the kernel to supply a page (a huge page zeroed; on a
+    /// VM, perhaps the host's fault too). It may hand the ranges to another thread that asks
+    /// the kernel to populate them (Linux: `madvise(MADV_POPULATE_WRITE)`). Only an operation
+    /// that keeps the memory's contents is sound there: the bytes are zeros the wheel writes
+    /// whenever it needs to. The ranges stay allocated until the wheel is dropped; after that,
+    /// nothing may be done to them. A block the allocator refuses is an error, and nothing
+    /// changes.
+    ///
+    /// ```
+    /// # use wheel_core::Wheel;
+    /// let mut wheel = Wheel::<u64>::new();
+    /// let [next, _] = wheel.untouched_ahead(64 * 1024).unwrap();
+    /// assert_eq!(next.len(), 64 * 1024);
+    /// assert_eq!(wheel.chunks_written(), 0, "named, not written");
+    /// ```
+    pub fn untouched_ahead(&mut self, bytes: usize) -> Result<[Range<usize>; 2], TryReserveError> {
+        self.chunks.untouched_ahead(bytes / size_of::<Chunk<T>>())
+    }
+
+    /// Chunks (1 KiB each) the wheel has written so far, in use or spare. The count grows only
+    /// while the wheel holds more entries than it ever did: it tells a caller of
+    /// [`Wheel::untouched_ahead`] when the memory named there is being used.
+    pub fn chunks_written(&self) -> usize {
+        self.chunks.total()
     }
 
     /// Slots on each level (a power of two).

@@ -653,4 +653,44 @@ mod tests {
             }
         }
     }
+
+    /// A tick thread posts the memory its wheel grows into next and an idle worker makes it
+    /// resident (`shard/prefault.rs`), again as the wheel grows into it; with a single worker
+    /// nothing is posted.
+    #[test]
+    fn idle_workers_populate_the_wheels_next_memory() {
+        for (workers, populates) in [(2, true), (1, false)] {
+            let config = Config {
+                shards: 1,
+                executor_threads: workers,
+                ..Config::default()
+            };
+            let service = TimerService::new(config).unwrap();
+            let prefault = &service.core().shards[0].prefault;
+            let give_up = Instant::now() + Duration::from_secs(10);
+            while populates && prefault.populated() == 0 && Instant::now() < give_up {
+                thread::sleep(Duration::from_millis(5));
+            }
+            if !populates {
+                thread::sleep(Duration::from_millis(50));
+                assert_eq!(prefault.populated(), 0, "a single worker populates nothing");
+                assert!(!prefault.is_posted(), "and nothing is posted for it");
+                continue;
+            }
+            assert_eq!(prefault.populated(), 1, "the first post, at the first pass");
+            // Past half of the 4 MiB posted (8-byte references, 126 to a 1 KiB chunk): the
+            // wheel grows into it and posts the next stretch.
+            for i in 0..400_000u64 {
+                service
+                    .schedule(Duration::from_secs(3600 + i % 1000), || {})
+                    .unwrap();
+            }
+            while prefault.populated() < 2 && Instant::now() < give_up {
+                thread::sleep(Duration::from_millis(5));
+            }
+            assert!(prefault.populated() >= 2, "{}", prefault.populated());
+            service.shutdown();
+            assert!(!prefault.is_posted(), "withdrawn with the wheel");
+        }
+    }
 }

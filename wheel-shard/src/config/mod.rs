@@ -253,8 +253,9 @@ impl Config {
     ///   (3 × 261 KiB).
     ///
     /// Not counted: what grows later with the timers actually scheduled (their tasks, the wheel
-    /// slots' arrays, and with more than one executor thread the records idle workers write
-    /// ahead of a growing shard: at most 4 MiB a shard beyond the most timers it has held),
+    /// slots' arrays, and with more than one executor thread what idle workers make resident
+    /// ahead of a growing shard: at most 4 MiB of records and 4 MiB of wheel chunks a shard
+    /// beyond the most timers it has held),
     /// and thread stacks, which are reserved address space that is only touched as used.
     ///
     /// ```

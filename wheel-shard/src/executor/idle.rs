@@ -20,7 +20,8 @@
 //! at the queues before it sleeps again, so relying on it loses nothing. A free worker may
 //! still get stuck in its next run; the tick thread then looks again a tick later
 //! (`runtime/rouse.rs`). A worker that finds its runs falling behind calls for help itself
-//! ([`Idle::call_for_help`]), so a load one worker cannot carry gets a second within the tick.
+//! ([`Idle::wake_a_helper`]), so a load one worker cannot carry gets a second within the tick;
+//! a tick thread does the same for a chore it leaves to idle workers (`shard/prefault.rs`).
 //!
 //! The lock, the condition variable and the atomics come from [`crate::sync`], so the models
 //! below check the protocol under loom, with a loom atomic standing in for the queues.
@@ -157,9 +158,9 @@ impl Idle {
         roused
     }
 
-    /// Worker, whose runs are falling behind: wakes one sleeping worker to help, unless one
-    /// is on its way already.
-    pub(crate) fn call_for_help(&self) {
+    /// Wakes one sleeping worker to help, unless one is on its way already: for a worker
+    /// whose runs are falling behind, or a chore left to idle workers.
+    pub(crate) fn wake_a_helper(&self) {
         // A hint, so no fence: the guarantee that no task is left with every worker asleep
         // is the tick threads' (`rouse`, `notify`).
         if self.sleepers.load(Ordering::Relaxed) == 0 {

@@ -169,9 +169,15 @@ impl Executor {
         self.idle.rouse(self.workers.len(), stuck, backlog)
     }
 
-    /// A worker whose runs start late: wakes another to help (see `Idle::call_for_help`).
+    /// A worker whose runs start late: wakes another to help (see `Idle::wake_a_helper`).
     pub(crate) fn call_for_help(&self) {
-        self.idle.call_for_help();
+        self.idle.wake_a_helper();
+    }
+
+    /// A tick thread that left a chore for idle workers: wakes one if all sleep (see
+    /// `Idle::wake_a_helper`), as a worker that sleeps does not look for chores.
+    pub(crate) fn wake_for_chore(&self) {
+        self.idle.wake_a_helper();
     }
 
     /// References the workers took into their own hands, over all workers (see

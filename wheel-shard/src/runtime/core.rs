@@ -35,8 +35,8 @@ pub(crate) struct Core {
     pub(crate) realtime_ticks: AtomicUsize,
     pub(crate) limit: PendingLimit,
     pub(crate) rejected: AtomicU64,
-    /// A worker is writing records ahead (see [`Core::grow_a_table`]).
-    growing: AtomicBool,
+    /// A worker is preparing memory ahead of use (see [`Core::prepare_memory`]).
+    preparing: AtomicBool,
     /// How a manual clock's `advance` learns that the service has caught up with virtual time.
     pub(crate) settle: Settle,
 }
@@ -157,7 +157,7 @@ impl Core {
             closed: AtomicBool::new(false),
             limit,
             rejected: AtomicU64::new(0),
-            growing: AtomicBool::new(false),
+            preparing: AtomicBool::new(false),
             config,
         };
         for shard in core.shards.iter() {
@@ -170,17 +170,25 @@ impl Core {
     }
 
     /// An idle worker's chore: writes ahead the records of one shard whose table runs low
-    /// (see `TimerTable::grow`); `true` when it did. One worker at a time, so the others stay
-    /// free for callbacks that come due meanwhile; and not with a single worker, whose
-    /// callbacks would wait behind the page faults (its producers write fresh records
-    /// themselves).
-    pub(crate) fn grow_a_table(&self) -> bool {
-        if self.config.executor_threads < 2 || self.growing.swap(true, Ordering::Acquire) {
+    /// (see `TimerTable::grow`), else makes resident the memory a shard's wheel grows into
+    /// next (see `shard/prefault.rs`); `true` when it did either. One worker at a time, so the
+    /// others stay free for callbacks that come due meanwhile; and not with a single worker,
+    /// whose callbacks would wait behind the page faults (then producers write fresh records
+    /// and tick threads fault their wheels' pages in themselves, see [`Core::prepares_memory`]).
+    pub(crate) fn prepare_memory(&self) -> bool {
+        if !self.prepares_memory() || self.preparing.swap(true, Ordering::Acquire) {
             return false;
         }
-        let grew = self.shards.iter().any(|shard| shard.table.grow());
-        self.growing.store(false, Ordering::Release);
-        grew
+        let done = self.shards.iter().any(|shard| shard.table.grow())
+            || self.shards.iter().any(|shard| shard.prefault.populate());
+        self.preparing.store(false, Ordering::Release);
+        done
+    }
+
+    /// Whether idle workers prepare memory ahead of use ([`Core::prepare_memory`]): with more
+    /// than one of them.
+    pub(crate) fn prepares_memory(&self) -> bool {
+        self.config.executor_threads >= 2
     }
 
     /// Runs the tick threads handed to the executor, all shards together.

@@ -22,6 +22,7 @@ use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::shard::{
     ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
+    PREFAULT_AHEAD_BYTES,
 };
 use crate::timer::{TimerId, Unfired};
 
@@ -73,6 +74,10 @@ pub(crate) struct ShardTick<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
+    /// `wheel.chunks_written()` when the wheel's next fresh memory was last posted for an idle
+    /// worker to make resident (`shard/prefault.rs`); `None` before the first post, or when
+    /// the workers do not prepare memory.
+    posted_at: Option<usize>,
 }
 
 /// What a shard's pass found as it took in new work ([`ShardTick::take_in`]).
@@ -111,6 +116,7 @@ impl<'a> ShardTick<'a> {
             stale: 0,
             sweep_left: 0,
             moved_since_sleep: 0,
+            posted_at: None,
         }
     }
 
@@ -150,6 +156,7 @@ impl<'a> ShardTick<'a> {
     /// queued); telling `advance` is the caller's.
     pub(crate) fn end_pass(&mut self, now: u64, intake: Intake, round: u64) -> Plan {
         let sweeping = self.compact();
+        self.post_fresh_memory();
         let ring_waits = !self.shard.rings_empty();
         // Goes round again for commands it can take now. A cell a producer has claimed but
         // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
@@ -184,6 +191,32 @@ impl<'a> ShardTick<'a> {
             again,
             wake: wake_tick(next, now, intake.busy || sweeping, ring_waits || flooded),
             ring_waits,
+        }
+    }
+
+    /// Posts the memory the wheel grows into next for an idle worker to make resident
+    /// (`shard/prefault.rs`): at the first pass, and again once the wheel has written half of
+    /// what was posted. A no-op while the wheel stays within the memory it has.
+    fn post_fresh_memory(&mut self) {
+        const HALF_AHEAD: usize = PREFAULT_AHEAD_BYTES / 2 / 1024;
+        let written = self.wheel.chunks_written();
+        if self
+            .posted_at
+            .is_some_and(|at| written < at.saturating_add(HALF_AHEAD))
+            || !self.core.prepares_memory()
+        {
+            return;
+        }
+        // A block the allocator refuses now is refused again when the wheel needs it, and
+        // reported then.
+        let Ok(ranges) = self.wheel.untouched_ahead(PREFAULT_AHEAD_BYTES) else {
+            return;
+        };
+        if self.shard.prefault.post(ranges) {
+            self.posted_at = Some(written);
+            // Workers look for chores only before they sleep: while every timer is far off
+            // (nothing fires), they would sleep through the growth.
+            self.core.executor.wake_for_chore();
         }
     }
 
@@ -324,6 +357,14 @@ impl<'a> ShardTick<'a> {
             unfired.extend(hand_back(self.core, shard, timer));
         }
         unfired
+    }
+}
+
+impl Drop for ShardTick<'_> {
+    /// The wheel goes with this: what was posted of its memory is withdrawn first, waiting
+    /// for a worker populating it (see `shard/prefault.rs`).
+    fn drop(&mut self) {
+        self.shard.prefault.retire();
     }
 }
 

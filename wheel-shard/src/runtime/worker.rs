@@ -124,17 +124,17 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
             running_since.store(0, Ordering::Release);
             return;
         }
-        // A step of growth counts as a run: it faults fresh memory, which can take this VM
+        // Preparing memory counts as a run: it faults fresh memory, which can take this VM
         // milliseconds, and the tick threads must see this worker stuck in it and wake
         // another for what they hand out meanwhile, not count on it as free.
         running_since.store(
             own.stopwatch.real_nanos(&core.clock).max(1),
             Ordering::Release,
         );
-        let grew = core.grow_a_table();
+        let prepared = core.prepare_memory();
         running_since.store(0, Ordering::Release);
-        if grew {
-            // A step of growth done: look for work again before the next.
+        if prepared {
+            // A step done: look for work again before the next.
             continue;
         }
         executor.sleep();

@@ -23,6 +23,7 @@
 
 mod cells;
 mod free_map;
+mod prefault;
 mod record;
 mod ring;
 mod table;
@@ -39,6 +40,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
 pub(crate) use cells::{Cells, RingRefused};
+pub(crate) use prefault::{Prefault, AHEAD_BYTES as PREFAULT_AHEAD_BYTES};
 pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, Ticket, GENERATION_BITS};
 pub(crate) use ring::{PendingRing, PushError};
 pub(crate) use table::TimerTable;
@@ -129,6 +131,8 @@ pub(crate) struct Shard {
     tick_seen: CachePadded<AtomicU64>,
     pub(crate) notices: Injector<Notice>,
     pub(crate) table: TimerTable,
+    /// Where the wheel grows next, for an idle worker to make resident.
+    pub(crate) prefault: Prefault,
     waker: TickWaker,
     /// Producers waiting for room in a full ring.
     waiters: CachePadded<AtomicUsize>,
@@ -165,6 +169,7 @@ impl Shard {
             tick_seen: CachePadded::new(AtomicU64::new(0)),
             notices: Injector::new(),
             table: TimerTable::new(),
+            prefault: Prefault::default(),
             waker: TickWaker::new(),
             waiters: CachePadded::new(AtomicUsize::new(0)),
             room_lock: Mutex::new(()),
