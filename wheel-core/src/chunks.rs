@@ -18,17 +18,17 @@
 //! remembers still holds what it did.
 //!
 //! Blocks double in size from 64 chunks up to 32 Ki chunks (32 MiB of 1 KiB chunks), so a
-//! small wheel stays small and a big one is made of few large allocations. An allocator may
-//! round an allocation up to whole huge pages and keep the remainder resident (mimalloc kept
-//! 1.34 × the bytes of the 64 KiB blocks used before), relatively less the larger the
-//! allocation; and a block comes zeroed, which is what an unused chunk is, so its pages become
-//! resident only as its chunks are first used.
+//! small wheel stays small and a big one is made of few large mappings. A block comes from the
+//! operating system zeroed, which is what an unused chunk is, so its pages become resident only
+//! as its chunks are first used, or when a caller makes them resident ahead of use
+//! ([`Chunks::untouched_ahead`]; see `block.rs`).
 
 use std::collections::TryReserveError;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, MaybeUninit};
 use std::ops::Range;
 
+use crate::block::{Block, Zeroable};
 use crate::entry::Stored;
 
 /// "No chunk": the end of a list.
@@ -101,6 +101,10 @@ pub(crate) struct Chunk<V> {
     room: [MaybeUninit<u64>; ROOM / 8],
     held: PhantomData<V>,
 }
+
+// SAFETY: an all-zero chunk is a valid, empty one (four `u32`s, and entries that are
+// `MaybeUninit`); its alignment is 64.
+unsafe impl<V> Zeroable for Chunk<V> {}
 
 impl<V: Copy> Clone for Chunk<V> {
     fn clone(&self) -> Self {
@@ -224,7 +228,7 @@ impl<V: Copy> Chunk<V> {
 /// chunk is a valid, empty one.
 pub(crate) struct Chunks<T> {
     /// Block `i` holds `block_len(i)` chunks.
-    blocks: Vec<Box<[Chunk<T>]>>,
+    blocks: Vec<Block<Chunk<T>>>,
     /// The first free chunk, or [`NIL`].
     free: u32,
     /// How many chunks are on the free list.
@@ -260,7 +264,7 @@ impl<T: Copy> Clone for Chunks<T> {
             .iter()
             .enumerate()
             .map(|(index, block)| {
-                let mut copy = zeroed_block(block.len()).expect("memory for a copy of a wheel");
+                let mut copy = Block::zeroed(block.len()).expect("memory for a copy of a wheel");
                 // Only what was written: the rest is zeros in both.
                 let first = (index << BLOCK_BITS) as u32;
                 let written = self.written.saturating_sub(first) as usize;
@@ -279,23 +283,6 @@ impl<T: Copy> Clone for Chunks<T> {
             reserved: self.reserved,
         }
     }
-}
-
-/// A block of `len` chunks, zeroed (and so, on a fresh allocation, not yet resident); `None`
-/// when the allocator refuses.
-fn zeroed_block<T>(len: usize) -> Option<Box<[Chunk<T>]>> {
-    let layout = std::alloc::Layout::array::<Chunk<T>>(len).ok()?;
-    // SAFETY: the layout's size is not zero (`len` > 0, and a chunk is at least its 16-byte
-    // header).
-    let start = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Chunk<T>>();
-    if start.is_null() {
-        return None;
-    }
-    // SAFETY: `start` is an allocation of `layout`, room for `len` chunks, every byte zero;
-    // all-zero bytes are a valid `Chunk<T>` (four `u32`s, and entries that are
-    // `MaybeUninit`), an empty one; a `Box<[Chunk<T>]>` of that length frees it with the same
-    // layout.
-    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(start, len)) })
 }
 
 /// The error `Vec` gives for a size past what it can address, for a request past the `u32`
@@ -391,7 +378,7 @@ impl<T: Copy> Chunks<T> {
     /// Adds the next block, zeroed (below [`MAX_BLOCKS`]).
     fn add_block(&mut self) -> Result<(), TryReserveError> {
         self.blocks.try_reserve_exact(1)?;
-        let new = zeroed_block(block_len(self.blocks.len())).ok_or_else(capacity_overflow)?;
+        let new = Block::zeroed(block_len(self.blocks.len())).ok_or_else(capacity_overflow)?;
         self.blocks.push(new);
         Ok(())
     }
@@ -447,31 +434,27 @@ impl<T: Copy> Chunks<T> {
         Ok(())
     }
 
-    /// Where the never-written chunks handed out next lie, up to `chunks` of them, as at most
-    /// two address ranges: the rest of the block being written, and the start of the block
-    /// after it, which this adds (zeroed, untouched) when the count reaches past the first.
-    /// Empty ranges when there is nothing ahead. The blocks never move while the pool lives,
-    /// and the pool writes those chunks whenever it hands them out, so another thread may
-    /// only do to them what keeps their contents (make their pages resident); see
-    /// `Wheel::untouched_ahead`. A block the allocator refuses is an error; nothing changes.
+    /// Where the never-written chunks handed out next lie, up to `chunks` of them, as address
+    /// ranges, one per block they span, in the order they are handed out; adds (untouched)
+    /// the blocks they reach into. The blocks never move while the pool lives, and the pool
+    /// writes those chunks whenever it hands them out, so another thread may only do to them
+    /// what keeps their contents (make their pages resident); see `Wheel::untouched_ahead`.
+    /// A block the allocator refuses is an error; the blocks added before it stay.
     pub(crate) fn untouched_ahead(
         &mut self,
         chunks: usize,
-    ) -> Result<[Range<usize>; 2], TryReserveError> {
-        let mut ranges = [0..0, 0..0];
+    ) -> Result<Vec<Range<usize>>, TryReserveError> {
+        let mut ranges = Vec::new();
         let (mut id, mut left) = (self.written, chunks);
-        for range in &mut ranges {
+        while left > 0 && ((id >> BLOCK_BITS) as usize) < MAX_BLOCKS {
             let block = (id >> BLOCK_BITS) as usize;
-            if left == 0 || block >= MAX_BLOCKS {
-                break;
-            }
             if block == self.blocks.len() {
                 self.add_block()?;
             }
             let at = (id & BLOCK_MASK) as usize;
             let len = (block_len(block) - at).min(left);
             let first = self.blocks[block][at..].as_ptr() as usize;
-            *range = first..first + len * size_of::<Chunk<T>>();
+            ranges.push(first..first + len * size_of::<Chunk<T>>());
             left -= len;
             id = ((block + 1) << BLOCK_BITS) as u32;
         }
@@ -483,13 +466,13 @@ impl<T: Copy> Chunks<T> {
     pub(crate) fn bytes_for(chunks: usize) -> usize {
         chunks
             .saturating_mul(size_of::<Chunk<T>>())
-            .saturating_add(blocks_for(chunks).saturating_mul(size_of::<Box<[Chunk<T>]>>()))
+            .saturating_add(blocks_for(chunks).saturating_mul(size_of::<Block<Chunk<T>>>()))
     }
 
     /// Bytes written now: the chunks written and the blocks' pointers (a block's chunks past
     /// those are untouched zeros).
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.total * size_of::<Chunk<T>>() + self.blocks.capacity() * size_of::<Box<[Chunk<T>]>>()
+        self.total * size_of::<Chunk<T>>() + self.blocks.capacity() * size_of::<Block<Chunk<T>>>()
     }
 }
 
@@ -597,26 +580,36 @@ mod tests {
     fn untouched_ahead_names_the_chunks_handed_out_next() {
         let mut chunks = Chunks::<u64>::default();
         let size = size_of::<Chunk<u64>>();
-        let [first, second] = chunks.untouched_ahead(10).unwrap();
+        let ranges = chunks.untouched_ahead(10).unwrap();
         assert_eq!(chunks.blocks.len(), 1, "the first block, added");
-        assert_eq!(first.start, chunks.get(0) as *const _ as usize);
-        assert_eq!(first.len(), 10 * size);
-        assert!(second.is_empty());
+        assert_eq!(ranges.len(), 1);
+        assert_eq!(ranges[0].start, chunks.get(0) as *const _ as usize);
+        assert_eq!(ranges[0].len(), 10 * size);
         assert_eq!(chunks.total(), 0, "nothing written");
         let id = chunks.alloc();
         assert_eq!(id, 0, "the first chunk named is the first handed out");
         for _ in 1..FIRST_BLOCK - 3 {
             chunks.alloc();
         }
-        let [rest, next] = chunks.untouched_ahead(10).unwrap();
-        assert_eq!(chunks.blocks.len(), 2, "the next block, added ahead of use");
+        let ranges = chunks.untouched_ahead(3 + 2 * FIRST_BLOCK + 7).unwrap();
+        assert_eq!(
+            chunks.blocks.len(),
+            3,
+            "the next blocks, added ahead of use"
+        );
+        let [rest, next, after] = <[_; 3]>::try_from(ranges).unwrap();
         assert_eq!(
             rest.start,
             chunks.get(FIRST_BLOCK as u32 - 3) as *const _ as usize
         );
         assert_eq!(rest.len(), 3 * size, "the rest of the first block");
         assert_eq!(next.start, chunks.get(BLOCK as u32) as *const _ as usize);
-        assert_eq!(next.len(), 7 * size, "the start of the second");
+        assert_eq!(next.len(), 2 * FIRST_BLOCK * size, "the whole second");
+        assert_eq!(
+            after.start,
+            chunks.get(2 * BLOCK as u32) as *const _ as usize
+        );
+        assert_eq!(after.len(), 7 * size, "the start of the third");
         for _ in 0..3 {
             chunks.alloc();
         }
@@ -625,8 +618,8 @@ mod tests {
             BLOCK as u32,
             "the block added ahead is used next"
         );
-        assert_eq!(chunks.blocks.len(), 2);
-        assert_eq!(chunks.untouched_ahead(0).unwrap(), [0..0, 0..0]);
+        assert_eq!(chunks.blocks.len(), 3);
+        assert!(chunks.untouched_ahead(0).unwrap().is_empty());
     }
 
     #[test]

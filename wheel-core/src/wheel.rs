@@ -279,8 +279,8 @@ impl<T: Copy> Wheel<T> {
     }
 
     /// Where the wheel's memory grows next: the never-used chunks it takes next, up to
-    /// `bytes` of them in whole chunks, as at most two address ranges (the rest of the block
-    /// in use, and the start of the next one, which this allocates untouched if need be).
+    /// `bytes` of them in whole chunks, as address ranges (one per block of chunks they span;
+    /// blocks not allocated yet are allocated, untouched).
     ///
     /// For a caller that wants those pages resident before the wheel first writes them, so
     /// that the write does not wait for the kernel to supply a page (a huge page zeroed; on a
@@ -294,11 +294,11 @@ impl<T: Copy> Wheel<T> {
     /// ```
     /// # use wheel_core::Wheel;
     /// let mut wheel = Wheel::<u64>::new();
-    /// let [next, _] = wheel.untouched_ahead(64 * 1024).unwrap();
-    /// assert_eq!(next.len(), 64 * 1024);
+    /// let ahead = wheel.untouched_ahead(1 << 20).unwrap();
+    /// assert_eq!(ahead.iter().map(|range| range.len()).sum::<usize>(), 1 << 20);
     /// assert_eq!(wheel.chunks_written(), 0, "named, not written");
     /// ```
-    pub fn untouched_ahead(&mut self, bytes: usize) -> Result<[Range<usize>; 2], TryReserveError> {
+    pub fn untouched_ahead(&mut self, bytes: usize) -> Result<Vec<Range<usize>>, TryReserveError> {
         self.chunks.untouched_ahead(bytes / size_of::<Chunk<T>>())
     }
 

@@ -38,7 +38,7 @@ pub(crate) const AHEAD_BYTES: usize = 4 << 20;
 /// The address ranges a shard's tick thread posted: none, or where its wheel grows next.
 #[derive(Debug, Default)]
 pub(crate) struct Prefault {
-    posted: Mutex<[Range<usize>; 2]>,
+    posted: Mutex<Vec<Range<usize>>>,
     /// Posts populated so far.
     populated: AtomicU64,
 }
@@ -47,7 +47,7 @@ impl Prefault {
     /// Tick thread: posts `ranges` (memory of its own wheel, as `Wheel::untouched_ahead` names
     /// it), replacing what was posted before; `false` when a worker holds the lock, and
     /// nothing changed.
-    pub(crate) fn post(&self, ranges: [Range<usize>; 2]) -> bool {
+    pub(crate) fn post(&self, ranges: Vec<Range<usize>>) -> bool {
         let mut posted = match self.posted.try_lock() {
             Ok(posted) => posted,
             Err(TryLockError::WouldBlock) => return false,
@@ -85,7 +85,10 @@ impl Prefault {
     /// Tick thread, before it drops its wheel: clears what it posted, waiting for a populate
     /// in progress to end.
     pub(crate) fn retire(&self) {
-        *self.posted.lock().unwrap_or_else(PoisonError::into_inner) = Default::default();
+        self.posted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Whether ranges wait to be populated.
@@ -153,7 +156,7 @@ mod tests {
         let start = memory.as_ptr() as usize + 10;
         let prefault = Prefault::default();
         assert!(!prefault.populate(), "nothing posted");
-        assert!(prefault.post([start..start + 3 * 4096, 0..0]));
+        assert!(prefault.post(std::iter::once(start..start + 3 * 4096).collect()));
         assert!(prefault.is_posted());
         assert!(prefault.populate());
         assert!(!prefault.is_posted(), "cleared once populated");
@@ -167,12 +170,12 @@ mod tests {
         let prefault = Prefault::default();
         let memory = vec![0u8; 4096];
         let start = memory.as_ptr() as usize;
-        assert!(prefault.post([start..start + 4096, 0..0]));
+        assert!(prefault.post(std::iter::once(start..start + 4096).collect()));
         prefault.retire();
         assert!(!prefault.is_posted());
         let held = prefault.posted.lock().unwrap();
         assert!(
-            !prefault.post([start..start + 4096, 0..0]),
+            !prefault.post(std::iter::once(start..start + 4096).collect()),
             "the tick thread does not wait"
         );
         assert!(!prefault.populate(), "nor does a worker");
@@ -207,7 +210,7 @@ mod tests {
         assert_eq!(resident(), 0);
         let prefault = Prefault::default();
         let start = map as usize;
-        prefault.post([start..start + len / 2, 0..0]);
+        prefault.post(std::iter::once(start..start + len / 2).collect());
         prefault.populate();
         let now = resident();
         // SAFETY: the mapping is ours and no reference to it remains.
