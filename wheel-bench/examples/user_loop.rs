@@ -11,9 +11,14 @@
 //! - `+ clock`: one time-stamp counter read, the cheapest never-behind "now" this machine has
 //!   (what `schedule(Duration)` starts its deadline from where the kernel's clock reads that
 //!   counter; elsewhere a monotonic clock read);
-//! - `+ record`: a 64-byte record written (read, then 48 bytes and a state word stored) at a
-//!   random place among as many records as there are timers, prefetched 16 timers ahead,
-//!   after another thread has written every record, as a worker does when it fires a timer;
+//! - `+ record`: a 64-byte record written (read, then 48 bytes and a state word stored), the
+//!   next one in memory each time among as many records as there are timers, prefetched 16
+//!   timers ahead, after another thread has written every record, as a worker does when it
+//!   fires a timer. Every timer needs a record of its own written once, and 10 M records are
+//!   far more than any cache holds, so the least this costs is a stream of writes to memory:
+//!   in order, which is how a producer takes records after a round has freed them all. (A
+//!   random order costs a DRAM miss a record on a machine whose prefetches cannot hide it: it
+//!   measured above the service's whole loop on the benchmark VM, so it was no floor.)
 //! - `+ hand-over`: a 16-byte reference to the record sent to another thread through the
 //!   cheapest queue there is, a single-producer ring of 4 Ki cells (a service's default ring
 //!   size) with no atomic read-modify-write: the producer stores the reference and then the
@@ -143,19 +148,6 @@ impl Handover {
     }
 }
 
-/// A pseudo-random order of `n` records (Fisher–Yates with xorshift).
-fn shuffled(n: usize) -> Vec<u32> {
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order
-}
-
 #[inline(always)]
 fn prefetch(line: &Line) {
     // The same hint the service's claims give (`Record::prefetch_for_write`).
@@ -191,14 +183,14 @@ enum Floor {
 }
 
 /// Runs the floor loop up to `step` over `n` timers; returns its wall time.
-fn floor(step: Floor, n: u64, spread: Duration, lines: &[Line], order: &[u32]) -> Duration {
+fn floor(step: Floor, n: u64, spread: Duration, lines: &[Line]) -> Duration {
     if step < Floor::Handover {
-        return floor_loop(step, n, spread, lines, order, None);
+        return floor_loop(step, n, spread, lines, None);
     }
     let handover = Handover::new();
     std::thread::scope(|scope| {
         let consumer = scope.spawn(|| handover.drain());
-        let took = floor_loop(step, n, spread, lines, order, Some(&handover));
+        let took = floor_loop(step, n, spread, lines, Some(&handover));
         handover.done.store(true, Ordering::Release);
         black_box(consumer.join().expect("the consumer does not panic"));
         took
@@ -211,7 +203,6 @@ fn floor_loop(
     n: u64,
     spread: Duration,
     lines: &[Line],
-    order: &[u32],
     handover: Option<&Handover>,
 ) -> Duration {
     let (mut tail, mut head_seen) = (0u64, 0u64);
@@ -225,17 +216,17 @@ fn floor_loop(
         }
         if step >= Floor::Record {
             let i = j as usize;
-            if let Some(&ahead) = order.get(i + PREFETCH_AHEAD) {
-                prefetch(&lines[ahead as usize]);
+            if let Some(ahead) = lines.get(i + PREFETCH_AHEAD) {
+                prefetch(ahead);
             }
-            let line = &lines[order[i] as usize];
+            let line = &lines[i];
             let word = line.word.load(Ordering::Acquire);
             line.rest[..6]
                 .iter()
                 .for_each(|part| part.store(word ^ j, Ordering::Relaxed));
             line.word.store(word + 1, Ordering::Release);
             if let Some(handover) = handover {
-                handover.send(&mut tail, &mut head_seen, u64::from(order[i]) << 32 | word);
+                handover.send(&mut tail, &mut head_seen, (j << 32) | word);
             }
         }
         let _task = black_box(task);
@@ -294,19 +285,18 @@ fn main() {
             rest: Default::default(),
         })
         .collect();
-    let order = shuffled(n as usize);
     let mut ratios = Vec::new();
     for round in 0..rounds {
         let took = user_loop(&service, n, spread);
         while service.pending() > 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let user = floor(Floor::User, n, spread, &lines, &order);
-        let clock = floor(Floor::Clock, n, spread, &lines, &order);
+        let user = floor(Floor::User, n, spread, &lines);
+        let clock = floor(Floor::Clock, n, spread, &lines);
         written_elsewhere(&lines);
-        let record = floor(Floor::Record, n, spread, &lines, &order);
+        let record = floor(Floor::Record, n, spread, &lines);
         written_elsewhere(&lines);
-        let handover = floor(Floor::Handover, n, spread, &lines, &order);
+        let handover = floor(Floor::Handover, n, spread, &lines);
         let label = if round == 0 { "warm-up" } else { "warm" };
         println!(
             "round {round} ({label}): loop {took:.2?} = {:.1} ns/timer; floor {handover:.2?} = {:.1} ns/timer (user {:.1}, + clock {:.1}, + record {:.1}, + hand-over {:.1}); loop / floor {:.2}",
