@@ -654,6 +654,38 @@ mod tests {
         }
     }
 
+    /// Timers far off fire nothing, so no worker wakes on its own to write a growing table
+    /// ahead: the tick thread wakes one for it.
+    #[test]
+    fn a_table_grows_ahead_of_a_burst_of_far_timers() {
+        let config = Config {
+            shards: 1,
+            executor_threads: 2,
+            ..Config::default()
+        };
+        let service = TimerService::new(config).unwrap();
+        let table = &service.core().shards[0].table;
+        // Past the first step of growth (2 MiB of records), in batches with pauses, so the
+        // tick thread sees the table run low more than once.
+        for _ in 0..4 {
+            for _ in 0..20_000 {
+                service.schedule(Duration::from_secs(3600), || {}).unwrap();
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while table.written() < table.high_water() && Instant::now() < give_up {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            table.written() >= table.high_water(),
+            "written {} of {}",
+            table.written(),
+            table.high_water()
+        );
+        assert_eq!(service.stats().fired, 0, "nothing fired meanwhile");
+    }
+
     /// A tick thread posts the memory its wheel grows into next and an idle worker makes it
     /// resident (`shard/prefault.rs`), again as the wheel grows into it; with a single worker
     /// nothing is posted.

@@ -191,6 +191,12 @@ impl Core {
         self.config.executor_threads >= 2
     }
 
+    /// Whether a worker is preparing memory now: it looks for more before it sleeps, so
+    /// waking another for a new chore would only wake one that finds the chore taken.
+    pub(crate) fn preparing_memory(&self) -> bool {
+        self.preparing.load(Ordering::Relaxed)
+    }
+
     /// Runs the tick threads handed to the executor, all shards together.
     pub(crate) fn handed(&self) -> u64 {
         self.shards

@@ -78,6 +78,9 @@ pub(crate) struct ShardTick<'a> {
     /// worker to make resident (`shard/prefault.rs`); `None` before the first post, or when
     /// the workers do not prepare memory.
     posted_at: Option<usize>,
+    /// The table's fresh mark (`TimerTable::runs_low`) when this thread last asked a worker to
+    /// grow it.
+    table_low_at: Option<u32>,
 }
 
 /// What a shard's pass found as it took in new work ([`ShardTick::take_in`]).
@@ -117,6 +120,7 @@ impl<'a> ShardTick<'a> {
             sweep_left: 0,
             moved_since_sleep: 0,
             posted_at: None,
+            table_low_at: None,
         }
     }
 
@@ -156,7 +160,7 @@ impl<'a> ShardTick<'a> {
     /// queued); telling `advance` is the caller's.
     pub(crate) fn end_pass(&mut self, now: u64, intake: Intake, round: u64) -> Plan {
         let sweeping = self.compact();
-        self.post_fresh_memory();
+        self.leave_memory_chores();
         let ring_waits = !self.shard.rings_empty();
         // Goes round again for commands it can take now. A cell a producer has claimed but
         // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
@@ -194,30 +198,53 @@ impl<'a> ShardTick<'a> {
         }
     }
 
+    /// Leaves this shard's memory chores to idle workers (`Core::prepare_memory`): posts the
+    /// memory the wheel grows into next, and wakes a worker for a new chore (a post, or a
+    /// table that runs low) unless one is at it already. Workers look for chores only before
+    /// they sleep: while every timer of a burst is far off, nothing fires, and they would
+    /// sleep through the growth, leaving the faults to this thread and the producers.
+    fn leave_memory_chores(&mut self) {
+        if !self.core.prepares_memory() {
+            return;
+        }
+        let posted = self.post_fresh_memory();
+        let table_low = self
+            .shard
+            .table
+            .runs_low()
+            .filter(|&fresh| self.table_low_at != Some(fresh));
+        if table_low.is_some() {
+            self.table_low_at = table_low;
+        }
+        if (posted || table_low.is_some()) && !self.core.preparing_memory() {
+            self.core.executor.wake_for_chore();
+        }
+    }
+
     /// Posts the memory the wheel grows into next for an idle worker to make resident
     /// (`shard/prefault.rs`): at the first pass, and again once the wheel has written half of
-    /// what was posted. A no-op while the wheel stays within the memory it has.
-    fn post_fresh_memory(&mut self) {
+    /// what was posted; `true` when it did. Nothing while the wheel stays within the memory
+    /// it has.
+    fn post_fresh_memory(&mut self) -> bool {
+        // Chunks are 1 KiB.
         const HALF_AHEAD: usize = PREFAULT_AHEAD_BYTES / 2 / 1024;
         let written = self.wheel.chunks_written();
         if self
             .posted_at
             .is_some_and(|at| written < at.saturating_add(HALF_AHEAD))
-            || !self.core.prepares_memory()
         {
-            return;
+            return false;
         }
         // A block the allocator refuses now is refused again when the wheel needs it, and
         // reported then.
         let Ok(ranges) = self.wheel.untouched_ahead(PREFAULT_AHEAD_BYTES) else {
-            return;
+            return false;
         };
-        if self.shard.prefault.post(ranges) {
+        let posted = self.shard.prefault.post(ranges);
+        if posted {
             self.posted_at = Some(written);
-            // Workers look for chores only before they sleep: while every timer is far off
-            // (nothing fires), they would sleep through the growth.
-            self.core.executor.wake_for_chore();
         }
+        posted
     }
 
     /// The thread is about to sleep: the flood count starts again.

@@ -501,11 +501,7 @@ impl TimerTable {
     pub(crate) fn grow(&self) -> bool {
         let fresh = self.fresh.load(Ordering::Relaxed);
         let written = self.written.load(Ordering::Relaxed);
-        let goal = fresh
-            .saturating_add(fresh.min(GROW_STEP))
-            .div_ceil(GROW_STEP)
-            .saturating_mul(GROW_STEP)
-            .min(self.limit);
+        let goal = self.growth_goal(fresh);
         let from = written.max(fresh);
         if from >= goal {
             return false;
@@ -527,6 +523,24 @@ impl TimerTable {
         }
         self.write_records(range);
         true
+    }
+
+    /// The slot up to which [`TimerTable::grow`] writes records once `fresh` slots were handed
+    /// out.
+    fn growth_goal(&self, fresh: u32) -> u32 {
+        fresh
+            .saturating_add(fresh.min(GROW_STEP))
+            .div_ceil(GROW_STEP)
+            .saturating_mul(GROW_STEP)
+            .min(self.limit)
+    }
+
+    /// Whether [`TimerTable::grow`] has records to write: then the mark of fresh slots it
+    /// grows from, which moves on as producers take fresh slots.
+    pub(crate) fn runs_low(&self) -> Option<u32> {
+        let fresh = self.fresh.load(Ordering::Relaxed);
+        let written = self.written.load(Ordering::Relaxed);
+        (written.max(fresh) < self.growth_goal(fresh)).then_some(fresh)
     }
 
     /// Creates the segments of slots `range` that do not exist yet. A refusal comes back as
