@@ -1,5 +1,5 @@
-//! [`Block`]: a run of zeroed chunks (any [`Zeroable`] item) straight from the operating
-//! system, whose pages become resident only as they are first written.
+//! [`Block`]: a run of zeroed chunks (any [`Zeroable`] item); a large one comes straight from
+//! the operating system, and its pages become resident only as they are first written.
 //!
 //! Why not `Box<[Chunk]>` from the global allocator: a chunk is aligned to a cache line, and
 //! an allocator asked for zeroed memory with more than 16-byte alignment writes the zeros
@@ -8,13 +8,16 @@
 //! huge page resident in 5 ms. Either way the wheel's owner (a tick thread) stalled on the
 //! allocation. A fresh anonymous mapping is zeros that cost nothing until written, and a
 //! caller may make its pages resident ahead of use from another thread
-//! (`Wheel::untouched_ahead`). Blocks of 2 MiB and more are aligned to 2 MiB and asked to use
-//! transparent huge pages, so a wheel of millions of references walks few pages. The price is
+//! (`Wheel::untouched_ahead`). So a block of 2 MiB or more is a mapping of its own, aligned to
+//! 2 MiB and asked to use transparent huge pages, so a wheel of millions of references walks
+//! few pages. A smaller block still comes from the global allocator: zeroing it costs little,
+//! and there it shares pages with other allocations (huge ones, with mimalloc), where 4 KiB
+//! pages of its own would cost the wheel's walks TLB misses. The price is
 //! a larger first write: a fresh huge page took 0.3–5 ms on the benchmark VM, where the host
 //! backs it too, against about 2 µs for a 4 KiB page. An owner that cannot wait that long has
 //! another thread populate the memory ahead (as wheel-shard's idle workers do).
 //!
-//! Elsewhere than Linux the block comes from the global allocator, zeroed.
+//! Elsewhere than Linux every block comes from the global allocator, zeroed.
 
 use std::marker::PhantomData;
 use std::mem::size_of;
@@ -45,7 +48,6 @@ enum Memory {
     #[cfg(target_os = "linux")]
     Mapped { start: *mut u8, len: usize },
     /// The global allocator, with this layout.
-    #[cfg(not(target_os = "linux"))]
     Allocated(std::alloc::Layout),
 }
 
@@ -74,14 +76,15 @@ impl<C: Zeroable> Block<C> {
         })
     }
 
+    /// A block of at least a huge page: a mapping of its own; a smaller one: from the global
+    /// allocator, where it shares pages (huge ones, with mimalloc) with other allocations,
+    /// and zeroing it costs at most a few hundred microseconds.
     #[cfg(target_os = "linux")]
     fn allocate(bytes: usize) -> Option<(NonNull<u8>, Memory)> {
-        let huge = bytes >= HUGE_PAGE;
-        let len = if huge {
-            bytes.checked_add(HUGE_PAGE)?
-        } else {
-            bytes
-        };
+        if bytes < HUGE_PAGE {
+            return Self::allocate_zeroed(bytes);
+        }
+        let len = bytes.checked_add(HUGE_PAGE)?;
         // SAFETY: a new private anonymous mapping at an address the kernel picks: it aliases
         // nothing, and its pages read as zeros until written.
         let start = unsafe {
@@ -98,20 +101,22 @@ impl<C: Zeroable> Block<C> {
             return None;
         }
         let start = start.cast::<u8>();
-        let mut first = start;
-        if huge {
-            let offset = (HUGE_PAGE - start as usize % HUGE_PAGE) % HUGE_PAGE;
-            first = start.wrapping_add(offset);
-            // SAFETY: `first..first + bytes` lies within the mapping (it is `HUGE_PAGE` longer
-            // than `bytes`); the advice changes how pages are supplied, not their contents. A
-            // kernel without transparent huge pages refuses it, and nothing changes.
-            unsafe { libc::madvise(first.cast(), bytes, libc::MADV_HUGEPAGE) };
-        }
+        let offset = (HUGE_PAGE - start as usize % HUGE_PAGE) % HUGE_PAGE;
+        let first = start.wrapping_add(offset);
+        // SAFETY: `first..first + bytes` lies within the mapping (it is `HUGE_PAGE` longer
+        // than `bytes`); the advice changes how pages are supplied, not their contents. A
+        // kernel without transparent huge pages refuses it, and nothing changes.
+        unsafe { libc::madvise(first.cast(), bytes, libc::MADV_HUGEPAGE) };
         Some((NonNull::new(first)?, Memory::Mapped { start, len }))
     }
 
     #[cfg(not(target_os = "linux"))]
     fn allocate(bytes: usize) -> Option<(NonNull<u8>, Memory)> {
+        Self::allocate_zeroed(bytes)
+    }
+
+    /// Zeroed memory from the global allocator.
+    fn allocate_zeroed(bytes: usize) -> Option<(NonNull<u8>, Memory)> {
         let align = std::mem::align_of::<C>();
         let layout = std::alloc::Layout::from_size_align(bytes, align).ok()?;
         // SAFETY: the layout's size is not zero (checked by `zeroed`).
@@ -150,8 +155,7 @@ impl<C: Zeroable> Drop for Block<C> {
             Memory::Mapped { start, len } => unsafe {
                 libc::munmap(start.cast(), len);
             },
-            #[cfg(not(target_os = "linux"))]
-            // SAFETY: allocated by `allocate` with this very layout, freed once.
+            // SAFETY: allocated by `allocate_zeroed` with this very layout, freed once.
             Memory::Allocated(layout) => unsafe {
                 std::alloc::dealloc(self.items.as_ptr().cast(), layout)
             },

@@ -18,10 +18,10 @@
 //! remembers still holds what it did.
 //!
 //! Blocks double in size from 64 chunks up to 32 Ki chunks (32 MiB of 1 KiB chunks), so a
-//! small wheel stays small and a big one is made of few large mappings. A block comes from the
-//! operating system zeroed, which is what an unused chunk is, so its pages become resident only
-//! as its chunks are first used, or when a caller makes them resident ahead of use
-//! ([`Chunks::untouched_ahead`]; see `block.rs`).
+//! small wheel stays small and a big one is made of few large mappings. A block comes zeroed,
+//! which is what an unused chunk is; a large one comes from the operating system, so its pages
+//! become resident only as its chunks are first used, or when a caller makes them resident
+//! ahead of use ([`Chunks::untouched_ahead`]; see `block.rs`).
 
 use std::collections::TryReserveError;
 use std::marker::PhantomData;
