@@ -529,9 +529,16 @@ fn spawn_threads(
         let pin = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
         let thread_core = Arc::clone(core);
+        let realtime = core.config.realtime_ticks;
         let handle = thread::Builder::new()
             .name(format!("wheel-tick-{index}"))
             .spawn(move || {
+                // Under `realtime_ticks` the spawning thread sets the policy instead.
+                if !realtime {
+                    if let Err(error) = priority::ask_short_slice() {
+                        tracing::debug!(tick_thread = index, %error, "no short slice");
+                    }
+                }
                 if let Some(id) = pin {
                     if !core_affinity::set_for_current(id) {
                         tracing::warn!(
