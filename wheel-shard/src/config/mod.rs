@@ -90,11 +90,12 @@ pub struct Config {
     /// priority, a tick thread can wait a scheduler slice or more (milliseconds) for its core,
     /// and the timers due meanwhile are that late. (At normal priority a tick thread asks
     /// Linux 6.12 and later for the shortest slice, 0.1 ms, which lets it preempt a busy
-    /// thread sooner when it wakes, without privilege; `realtime_ticks` goes further.) The price is the application's: a tick
-    /// thread with work (moving a burst of new timers into its wheel, handing out what falls
-    /// due) now runs before the application's threads on its core, so a producer scheduling
-    /// flat out goes slower. Workers keep normal priority, since they run user callbacks
-    /// (`docs/performance.md` has the measurement).
+    /// thread sooner when it wakes, without privilege; `realtime_ticks` goes further.) The
+    /// price is the application's: a tick thread with work (moving a burst of new timers
+    /// into its wheel, handing out what falls due) now runs before the application's
+    /// threads on its core, so a producer scheduling flat out goes slower. Workers keep
+    /// normal priority, since they run user callbacks (`docs/performance.md` has the
+    /// measurement).
     pub realtime_ticks: bool,
     /// How long `schedule` waits for room in a full ring before it returns
     /// `ScheduleError::Saturated`. Default 100 ms.
