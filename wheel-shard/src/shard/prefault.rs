@@ -76,8 +76,8 @@ impl Prefault {
         true
     }
 
-    /// Posts populated so far.
-    #[cfg(test)]
+    /// Posts populated so far (for the service's tests, which do not run under loom).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn populated(&self) -> u64 {
         self.populated.load(Ordering::Relaxed)
     }
