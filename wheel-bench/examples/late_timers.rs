@@ -3,8 +3,8 @@
 //! The bench's histograms say how late the p99.99 timer was, not which timers were that late.
 //! This example schedules timers as the bench's `fire` scenario does (one producer, delays
 //! uniform over the spread, the clock read every 64 timers, deadlines by `schedule_at`), after
-//! unmeasured warm-up rounds of the same size (one unless told), and notes each timer's lateness by its index.
-//! It then prints the p99.99 and the max, and the latest 1 in 10 000 timers grouped by when they
+//! unmeasured warm-up rounds of the same size (one unless told), and notes each timer's
+//! lateness by its index. It then prints the p99.99 and the max, and the latest 1 in 10 000 timers grouped by when they
 //! were due, in 5 ms windows from the start of the round, beside how long the scheduling burst
 //! took: a tail of scattered single windows is the host's or the guest's scheduling, a tail
 //! packed into a few windows is one event of the service's (docs/performance.md has one).

@@ -131,8 +131,9 @@
 #![warn(missing_docs)]
 
 // Layers, each using only those above it: an entry and the level arithmetic; blocks of
-// zeroed memory from the system; the chunks that hold entries; a rotation (a ring of slots, each a list of chunks); a level (its current
-// and next rotation); the wheel (the levels, the clock, the iterators).
+// zeroed memory from the system; the chunks that hold entries; a rotation (a ring of slots,
+// each a list of chunks); a level (its current and next rotation); the wheel (the levels, the
+// clock, the iterators).
 mod entry;
 mod geometry;
 

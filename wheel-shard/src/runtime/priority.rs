@@ -4,9 +4,10 @@
 //! **The short slice.** Linux's EEVDF scheduler (6.6 on) gives a waking thread the core at once
 //! only when its virtual deadline, its vruntime plus its slice, is earlier than the running
 //! thread's; with the default slice (0.7 ms × (1 + log2 of the CPUs): 1.4 ms on two) a tick
-//! thread that wakes beside a busy worker or producer can wait most of a slice. Since Linux 6.12 a normal thread may ask for a shorter
-//! slice (`sched_setattr`, `sched_runtime` for `SCHED_OTHER`, 0.1 to 100 ms), and a thread with
-//! a shorter slice may preempt one with a longer slice when it wakes. A tick thread asks for
+//! thread that wakes beside a busy worker or producer can wait most of a slice. Since Linux
+//! 6.12 a normal thread may ask for a shorter slice (`sched_setattr`, `sched_runtime` for
+//! `SCHED_OTHER`, 0.1 to 100 ms), and a thread with a shorter slice may preempt one with a
+//! longer slice when it wakes. A tick thread asks for
 //! [`TICK_SLICE`]: its share of the CPU stays that of any normal thread (the slice changes how
 //! long each turn is, not how many it gets), and no privilege is needed. Earlier kernels ignore
 //! the request.
