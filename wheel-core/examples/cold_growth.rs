@@ -34,6 +34,6 @@ fn main() {
     println!(
         "{entries} inserts into a fresh wheel: {total:.2?} ({:.1} ns each); longest insert {longest:.2?}; {over_1ms} inserts over 1 ms; {} MiB of chunks",
         total.as_nanos() as f64 / entries as f64,
-        wheel.chunks_written() >> 10
+        wheel.chunk_bytes_written() >> 20
     );
 }

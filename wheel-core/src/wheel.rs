@@ -296,17 +296,17 @@ impl<T: Copy> Wheel<T> {
     /// let mut wheel = Wheel::<u64>::new();
     /// let ahead = wheel.untouched_ahead(1 << 20).unwrap();
     /// assert_eq!(ahead.iter().map(|range| range.len()).sum::<usize>(), 1 << 20);
-    /// assert_eq!(wheel.chunks_written(), 0, "named, not written");
+    /// assert_eq!(wheel.chunk_bytes_written(), 0, "named, not written");
     /// ```
     pub fn untouched_ahead(&mut self, bytes: usize) -> Result<Vec<Range<usize>>, TryReserveError> {
         self.chunks.untouched_ahead(bytes / size_of::<Chunk<T>>())
     }
 
-    /// Chunks (1 KiB each) the wheel has written so far, in use or spare. The count grows only
+    /// Bytes of chunks the wheel has written so far, in use or spare. The count grows only
     /// while the wheel holds more entries than it ever did: it tells a caller of
     /// [`Wheel::untouched_ahead`] when the memory named there is being used.
-    pub fn chunks_written(&self) -> usize {
-        self.chunks.total()
+    pub fn chunk_bytes_written(&self) -> usize {
+        self.chunks.total() * size_of::<Chunk<T>>()
     }
 
     /// Slots on each level (a power of two).

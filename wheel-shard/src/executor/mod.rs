@@ -169,14 +169,10 @@ impl Executor {
         self.idle.rouse(self.workers.len(), stuck, backlog)
     }
 
-    /// A worker whose runs start late: wakes another to help (see `Idle::wake_a_helper`).
-    pub(crate) fn call_for_help(&self) {
-        self.idle.wake_a_helper();
-    }
-
-    /// A tick thread that left a chore for idle workers: wakes one if all sleep (see
-    /// `Idle::wake_a_helper`), as a worker that sleeps does not look for chores.
-    pub(crate) fn wake_for_chore(&self) {
+    /// Wakes one sleeping worker to help, unless one is on its way already (see
+    /// `Idle::wake_a_helper`): for a worker whose runs start late, or a chore a tick thread
+    /// left for idle workers (a sleeping worker does not look for chores).
+    pub(crate) fn wake_a_helper(&self) {
         self.idle.wake_a_helper();
     }
 

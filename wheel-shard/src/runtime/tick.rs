@@ -74,7 +74,7 @@ pub(crate) struct ShardTick<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
-    /// `wheel.chunks_written()` when the wheel's next fresh memory was last posted for an idle
+    /// `wheel.chunk_bytes_written()` when the wheel's next fresh memory was last posted for an idle
     /// worker to make resident (`shard/prefault.rs`); `None` before the first post, or when
     /// the workers do not prepare memory.
     posted_at: Option<usize>,
@@ -217,7 +217,7 @@ impl<'a> ShardTick<'a> {
             self.table_low_at = table_low;
         }
         if (posted || table_low.is_some()) && !self.core.preparing_memory() {
-            self.core.executor.wake_for_chore();
+            self.core.executor.wake_a_helper();
         }
     }
 
@@ -226,12 +226,10 @@ impl<'a> ShardTick<'a> {
     /// what was posted; `true` when it did. Nothing while the wheel stays within the memory
     /// it has.
     fn post_fresh_memory(&mut self) -> bool {
-        // Chunks are 1 KiB.
-        const HALF_AHEAD: usize = PREFAULT_AHEAD_BYTES / 2 / 1024;
-        let written = self.wheel.chunks_written();
+        let written = self.wheel.chunk_bytes_written();
         if self
             .posted_at
-            .is_some_and(|at| written < at.saturating_add(HALF_AHEAD))
+            .is_some_and(|at| written < at.saturating_add(PREFAULT_AHEAD_BYTES / 2))
         {
             return false;
         }

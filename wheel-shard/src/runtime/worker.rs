@@ -316,7 +316,7 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
 /// help when [`HelpCalls::may_call`] says so.
 fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
     if own.help_calls.may_call(now, || core.executor.has_work()) {
-        core.executor.call_for_help();
+        core.executor.wake_a_helper();
     }
 }
 

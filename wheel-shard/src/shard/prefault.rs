@@ -27,7 +27,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, TryLockError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// Bytes of the wheel's next fresh memory posted at a time: two huge pages, which the tick
 /// thread fills in about 30 ms at the fastest rate it takes in timers (10 M/s of 8-byte
@@ -48,10 +48,8 @@ impl Prefault {
     /// it), replacing what was posted before; `false` when a worker holds the lock, and
     /// nothing changed.
     pub(crate) fn post(&self, ranges: Vec<Range<usize>>) -> bool {
-        let mut posted = match self.posted.try_lock() {
-            Ok(posted) => posted,
-            Err(TryLockError::WouldBlock) => return false,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        let Some(mut posted) = self.try_lock() else {
+            return false;
         };
         *posted = ranges;
         true
@@ -61,10 +59,8 @@ impl Prefault {
     /// The lock is held until the kernel is done, so the tick thread cannot free them
     /// meanwhile ([`Prefault::retire`]).
     pub(crate) fn populate(&self) -> bool {
-        let mut posted = match self.posted.try_lock() {
-            Ok(posted) => posted,
-            Err(TryLockError::WouldBlock) => return false,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        let Some(mut posted) = self.try_lock() else {
+            return false;
         };
         if posted.iter().all(Range::is_empty) {
             return false;
@@ -85,17 +81,28 @@ impl Prefault {
     /// Tick thread, before it drops its wheel: clears what it posted, waiting for a populate
     /// in progress to end.
     pub(crate) fn retire(&self) {
-        self.posted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.lock().clear();
     }
 
     /// Whether ranges wait to be populated.
     #[cfg(test)]
     pub(crate) fn is_posted(&self) -> bool {
-        let posted = self.posted.lock().unwrap_or_else(PoisonError::into_inner);
-        !posted.iter().all(Range::is_empty)
+        !self.lock().iter().all(Range::is_empty)
+    }
+
+    /// The posted ranges, waiting for the lock. Nothing panics while it is held (a populate
+    /// only calls the kernel), so a poisoned lock still guards consistent ranges.
+    fn lock(&self) -> MutexGuard<'_, Vec<Range<usize>>> {
+        self.posted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The posted ranges, unless another thread holds the lock (see [`Prefault::lock`]).
+    fn try_lock(&self) -> Option<MutexGuard<'_, Vec<Range<usize>>>> {
+        match self.posted.try_lock() {
+            Ok(posted) => Some(posted),
+            Err(TryLockError::WouldBlock) => None,
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        }
     }
 }
 
