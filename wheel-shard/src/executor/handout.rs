@@ -174,12 +174,22 @@ impl<T: Send> HandOut<T> {
 
     /// A worker: takes up to `batch` (at most [`STEAL_BATCH`]), returns the first and puts the
     /// rest in `dest`. A worker whose callbacks run long asks for few, so few wait behind it.
-    pub(crate) fn steal_batch_and_pop(&self, dest: &Worker<T>, batch: usize) -> Steal<T> {
+    /// `seen` sees each value of a batch from the ring as it is taken (the worker prefetches
+    /// what the value refers to).
+    pub(crate) fn steal_batch_and_pop(
+        &self,
+        dest: &Worker<T>,
+        batch: usize,
+        mut seen: impl FnMut(&T),
+    ) -> Steal<T> {
         let mut first = None;
         let limit = (batch as u64).clamp(1, STEAL_BATCH);
-        let ring = self.ring.steal(limit, |value| match first {
-            None => first = Some(value),
-            Some(_) => dest.push(value),
+        let ring = self.ring.steal(limit, |value| {
+            seen(&value);
+            match first {
+                None => first = Some(value),
+                Some(_) => dest.push(value),
+            }
         });
         match ring {
             Steal::Success(_) => Steal::Success(first.expect("a batch has a first value")),
@@ -248,7 +258,7 @@ mod tests {
         // The ring is drained first: its values are the older ones.
         let mut got = Vec::new();
         loop {
-            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
+            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
                 Steal::Success(v) => {
                     got.push(v);
                     while let Some(v) = local.pop() {
@@ -279,7 +289,7 @@ mod tests {
                     let mut got = Vec::new();
                     let mut idle = 0;
                     while idle < 1000 {
-                        match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
+                        match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
                             Steal::Success(v) => {
                                 idle = 0;
                                 got.push(v);
@@ -317,7 +327,7 @@ mod tests {
         // Whatever the stealers left (they stop after a quiet spell) is still queued.
         let local = Worker::new_fifo();
         loop {
-            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize) {
+            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
                 Steal::Success(v) => {
                     for v in std::iter::once(v).chain(std::iter::from_fn(|| local.pop())) {
                         assert!(!std::mem::replace(&mut seen[v as usize], true), "{v} twice");

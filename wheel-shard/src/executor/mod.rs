@@ -249,8 +249,15 @@ impl Executor {
     }
 
     /// The next run for worker `index`: from its own deque, else a batch of up to `batch` from
-    /// the hand-out queues, else a batch stolen from another worker.
-    pub(crate) fn find_task(&self, index: usize, local: &Worker<Run>, batch: usize) -> Option<Run> {
+    /// the hand-out queues (each run of it passed to `seen` as it is taken), else a batch
+    /// stolen from another worker.
+    pub(crate) fn find_task(
+        &self,
+        index: usize,
+        local: &Worker<Run>,
+        batch: usize,
+        mut seen: impl FnMut(&Run),
+    ) -> Option<Run> {
         if let Some(run) = local.pop() {
             return Some(run);
         }
@@ -259,7 +266,9 @@ impl Executor {
         loop {
             let mut retry = false;
             for i in 0..hand_outs {
-                match self.hand_outs[(index + i) % hand_outs].steal_batch_and_pop(local, batch) {
+                match self.hand_outs[(index + i) % hand_outs]
+                    .steal_batch_and_pop(local, batch, &mut seen)
+                {
                     Steal::Success(run) => return Some(run),
                     Steal::Retry => retry = true,
                     Steal::Empty => {}

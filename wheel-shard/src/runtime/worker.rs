@@ -102,7 +102,9 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     loop {
         fill_ahead(core, &local, &mut own);
         let next = own.ahead.pop_front().or_else(|| {
-            let found = executor.find_task(index, &local, depth(&own));
+            // Every record of a batch is prefetched as the batch is taken, the first's too,
+            // so the first run's miss overlaps the others' and the rest have its run to land.
+            let found = executor.find_task(index, &local, depth(&own), |run| prefetch(core, run));
             if found.is_some() {
                 WorkerStats::count(&executor.workers[index].taken);
             }
@@ -148,14 +150,19 @@ fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
     let before = own.ahead.len();
     while own.ahead.len() < depth {
         let Some(run) = local.pop() else { break };
-        if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
-            record.prefetch();
-        }
+        prefetch(core, &run);
         own.ahead.push_back(run);
     }
     let taken = own.ahead.len() - before;
     if taken > 0 {
         WorkerStats::add(&core.executor.workers[own.index].taken, taken as u64);
+    }
+}
+
+/// Starts loading the record `run` refers to.
+fn prefetch(core: &Core, run: &Run) {
+    if let Some(record) = core.shards[run.shard as usize].table.record(run.timer.slot) {
+        record.prefetch();
     }
 }
 
