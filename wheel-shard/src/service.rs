@@ -530,11 +530,12 @@ fn spawn_threads(
         let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
         let thread_core = Arc::clone(core);
         let realtime = core.config.realtime_ticks;
+        let short_slice = core.config.short_tick_slice;
         let handle = thread::Builder::new()
             .name(format!("wheel-tick-{index}"))
             .spawn(move || {
                 // Under `realtime_ticks` the spawning thread sets the policy instead.
-                if !realtime {
+                if !realtime && short_slice {
                     if let Err(error) = priority::ask_short_slice() {
                         tracing::debug!(tick_thread = index, %error, "no short slice");
                     }

@@ -41,6 +41,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
         ring_capacity = 1000
         pin_threads = false
         realtime_ticks = true
+        short_tick_slice = false
         saturation_timeout = "2s"
         capacity = 50000
         slow_callback = "20ms"
@@ -60,6 +61,7 @@ fn toml_reads_every_field_and_keeps_defaults_for_the_rest() {
             ring_capacity: 1000,
             pin_threads: false,
             realtime_ticks: true,
+            short_tick_slice: false,
             saturation_timeout: Duration::from_secs(2),
             capacity: 50_000,
             slow_callback: Duration::from_millis(20),
@@ -216,6 +218,7 @@ fn environment_variables_override_fields() {
         ("WHEEL_RING_CAPACITY", "4096"),
         ("WHEEL_PIN_THREADS", "false"),
         ("WHEEL_REALTIME_TICKS", "true"),
+        ("WHEEL_SHORT_TICK_SLICE", "false"),
         ("WHEEL_SATURATION_TIMEOUT", "1s"),
         ("WHEEL_CAPACITY", "2_000_000"),
         ("WHEEL_SLOW_CALLBACK", "5ms"),
@@ -239,6 +242,7 @@ fn environment_variables_override_fields() {
             ring_capacity: 4096,
             pin_threads: false,
             realtime_ticks: true,
+            short_tick_slice: false,
             saturation_timeout: Duration::from_secs(1),
             capacity: 2_000_000,
             slow_callback: Duration::from_millis(5),

@@ -48,6 +48,7 @@ pub const FIELDS: &[Field] = &[
     field!(ring_capacity, Count { min: MIN_RING_CAPACITY, max: MAX_RING_CAPACITY }),
     field!(pin_threads, Bool),
     field!(realtime_ticks, Bool),
+    field!(short_tick_slice, Bool),
     field!(saturation_timeout, Duration { min: Duration::ZERO, max: MAX_SATURATION_TIMEOUT }),
     field!(capacity, Count { min: 0, max: MAX_CAPACITY }),
     field!(slow_callback, Duration { min: MIN_SLOW_CALLBACK, max: MAX_SLOW_CALLBACK }),

@@ -88,15 +88,26 @@ pub struct Config {
     ///
     /// This pays where the application's threads keep the cores busy: there, at normal
     /// priority, a tick thread can wait a scheduler slice or more (milliseconds) for its core,
-    /// and the timers due meanwhile are that late. (At normal priority a tick thread asks
-    /// Linux 6.12 and later for the shortest slice, 0.1 ms, which lets it preempt a busy
-    /// thread sooner when it wakes, without privilege; `realtime_ticks` goes further.) The
-    /// price is the application's: a tick thread with work (moving a burst of new timers
+    /// and the timers due meanwhile are that late. (At normal priority a tick thread can ask
+    /// for a short scheduler slice instead, [`Config::short_tick_slice`], which needs no
+    /// privilege; `realtime_ticks` goes further.) The price is the application's: a tick thread with work (moving a burst of new timers
     /// into its wheel, handing out what falls due) now runs before the application's
     /// threads on its core, so a producer scheduling flat out goes slower. Workers keep
     /// normal priority, since they run user callbacks (`docs/performance.md` has the
     /// measurement).
     pub realtime_ticks: bool,
+    /// At normal priority (without `realtime_ticks`), tick threads ask Linux 6.12 and later
+    /// for the shortest scheduler slice, 0.1 ms, instead of the default (0.7 ms × (1 + log2 of
+    /// the CPUs)). A thread with a shorter slice may preempt one with a longer slice when it
+    /// wakes, so a tick thread that wakes beside a busy thread gets its core sooner and the
+    /// timers due then are less late. Its share of the CPU does not change, and no privilege
+    /// is needed. Default true; earlier kernels and other systems ignore it.
+    ///
+    /// The price is the same as `realtime_ticks`', smaller: where a tick thread shares a core
+    /// with a producer scheduling flat out, it takes its turns sooner, and the producer goes
+    /// somewhat slower (`docs/performance.md` has both measurements). Set it to false where
+    /// the producer's rate matters more than the timers' tail.
+    pub short_tick_slice: bool,
     /// How long `schedule` waits for room in a full ring before it returns
     /// `ScheduleError::Saturated`. Default 100 ms.
     #[serde(with = "humantime_serde")]
@@ -185,6 +196,7 @@ impl Default for Config {
             ring_capacity: 1 << 16,
             pin_threads: false,
             realtime_ticks: false,
+            short_tick_slice: true,
             saturation_timeout: Duration::from_millis(100),
             capacity: 0,
             slow_callback: Duration::from_millis(100),

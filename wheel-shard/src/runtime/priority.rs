@@ -1,5 +1,6 @@
 //! How tick threads ask the scheduler for their core on time: a short slice at normal
-//! priority by default, real-time priority when asked ([`Config::realtime_ticks`](crate::Config)).
+//! priority by default ([`Config::short_tick_slice`](crate::Config)), real-time priority when
+//! asked ([`Config::realtime_ticks`](crate::Config)).
 //!
 //! **The short slice.** Linux's EEVDF scheduler (6.6 on) gives a waking thread the core at once
 //! only when its virtual deadline, its vruntime plus its slice, is earlier than the running
