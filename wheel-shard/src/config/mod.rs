@@ -90,11 +90,11 @@ pub struct Config {
     /// priority, a tick thread can wait a scheduler slice or more (milliseconds) for its core,
     /// and the timers due meanwhile are that late. (At normal priority a tick thread can ask
     /// for a short scheduler slice instead, [`Config::short_tick_slice`], which needs no
-    /// privilege; `realtime_ticks` goes further.) The price is the application's: a tick thread with work (moving a burst of new timers
-    /// into its wheel, handing out what falls due) now runs before the application's
-    /// threads on its core, so a producer scheduling flat out goes slower. Workers keep
-    /// normal priority, since they run user callbacks (`docs/performance.md` has the
-    /// measurement).
+    /// privilege; `realtime_ticks` goes further.) The price is the application's: a tick
+    /// thread with work (moving a burst of new timers into its wheel, handing out what falls
+    /// due) now runs before the application's threads on its core, so a producer scheduling
+    /// flat out goes slower. Workers keep normal priority, since they run user callbacks
+    /// (`docs/performance.md` has the measurement).
     pub realtime_ticks: bool,
     /// At normal priority (without `realtime_ticks`), tick threads ask Linux 6.12 and later
     /// for the shortest scheduler slice, 0.1 ms, instead of the default (0.7 ms × (1 + log2 of
