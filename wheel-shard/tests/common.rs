@@ -75,3 +75,19 @@ pub fn service_with_a_full_ring(full_for: Duration, saturation_timeout: Duration
     fill_the_ring(&timers);
     timers
 }
+
+/// This process's threads named `wheel-*`: each one's name and `/proc` directory (none where
+/// there is no `/proc/self/task`).
+pub fn wheel_tasks() -> Vec<(String, std::path::PathBuf)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            Some((name.trim().to_string(), path))
+        })
+        .filter(|(name, _)| name.starts_with("wheel-"))
+        .collect()
+}

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, service, service_with, service_with_a_full_ring, SOON};
+use common::{eventually, service, service_with, service_with_a_full_ring, wheel_tasks, SOON};
 use wheel_shard::{Config, ScheduleError, TimerId, TimerService};
 
 fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
@@ -588,22 +588,6 @@ fn an_idle_service_does_not_wake() {
         wakeups <= 8,
         "{wakeups} wake-ups with one timer an hour away"
     );
-}
-
-/// This process's threads named `wheel-*`: each one's name and `/proc` directory (none where
-/// there is no `/proc/self/task`).
-fn wheel_tasks() -> Vec<(String, std::path::PathBuf)> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|task| {
-            let path = task.ok()?.path();
-            let name = std::fs::read_to_string(path.join("comm")).ok()?;
-            Some((name.trim().to_string(), path))
-        })
-        .filter(|(name, _)| name.starts_with("wheel-"))
-        .collect()
 }
 
 #[test]

@@ -4,11 +4,13 @@
 //! A file of its own, so this process holds no other service's tick threads: the test tells
 //! them apart by name only.
 
+mod common;
 mod skip;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::wheel_tasks;
 use wheel_shard::{Config, TimerService};
 
 /// The slice a tick thread asks for (`priority::TICK_SLICE`), in nanoseconds.
@@ -16,15 +18,10 @@ const SHORT_SLICE_NANOS: u64 = 100_000;
 
 /// This process's tick threads (`wheel-tick-*`), by their `/proc` directories.
 fn tick_threads() -> Vec<PathBuf> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    tasks
-        .filter_map(|task| {
-            let path = task.ok()?.path();
-            let name = std::fs::read_to_string(path.join("comm")).ok()?;
-            name.starts_with("wheel-tick-").then_some(path)
-        })
+    wheel_tasks()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("wheel-tick-"))
+        .map(|(_, path)| path)
         .collect()
 }
 
