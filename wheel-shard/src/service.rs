@@ -12,6 +12,7 @@ use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
+use crate::runtime::pinning;
 use crate::runtime::priority;
 use crate::runtime::tick::{hand_back, ShardTick};
 use crate::runtime::tick_thread::TickThread;
@@ -65,10 +66,12 @@ impl TimerService {
     /// Validates `config` and starts [`Config::tick_thread_count`] tick threads
     /// (`wheel-tick-N`) and `executor_threads` workers (`wheel-exec-N`).
     ///
-    /// With `pin_threads`, tick thread `i` is pinned to core `i mod cores`: with fewer cores
-    /// than tick threads, they share cores rather than go unpinned, and where the platform
-    /// reports no cores pinning is skipped with a warning. Workers are never pinned, so the OS
-    /// can move them around the tick threads.
+    /// With `pin_threads`, each tick thread is pinned to a core of its own while the process
+    /// has cores enough, counting down from the last core and on across the services of the
+    /// process (see [`Config::pin_threads`]); with fewer cores than tick threads they share
+    /// cores rather than go unpinned, and where the platform reports no cores pinning is
+    /// skipped with a warning. Workers are never pinned, so the OS can move them around the
+    /// tick threads.
     ///
     /// Everything the config sizes is allocated here, before any thread starts (and the
     /// records and wheel places for [`Config::capacity`] written):
@@ -516,17 +519,14 @@ fn spawn_threads(
     wheels: Vec<ShardWheel>,
     threads: &mut Threads,
 ) -> std::io::Result<()> {
+    let groups = shards_of_tick_threads(core, wheels);
     let cores = if core.config.pin_threads {
-        let ids = core_affinity::get_core_ids().unwrap_or_default();
-        if ids.is_empty() {
-            tracing::warn!("pin_threads: the platform reports no cores; tick threads run unpinned");
-        }
-        ids
+        pinning::tick_thread_cores(groups.len())
     } else {
         Vec::new()
     };
-    for (index, shards) in shards_of_tick_threads(core, wheels).into_iter().enumerate() {
-        let pin = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+    for (index, shards) in groups.into_iter().enumerate() {
+        let pin = cores.get(index).copied();
         let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
         let thread_core = Arc::clone(core);
         let realtime = core.config.realtime_ticks;

@@ -72,7 +72,12 @@ pub struct Config {
     /// milliseconds of a burst must not wait behind it (`docs/performance.md` has what ring
     /// sizes measured).
     pub ring_capacity: usize,
-    /// Pin tick thread `i` to core `i mod cores`. Default false.
+    /// Pin each tick thread to a core. Default false.
+    ///
+    /// Tick threads are numbered across the process in the order services start them, and
+    /// the `k`-th goes to the `k`-th core counted down from the last one the starting thread
+    /// may run on: a service's tick threads, and those of several services in one process,
+    /// take different cores while there are cores enough, and the first keep off core 0.
     ///
     /// Pinning pays where the tick threads have cores of their own (more cores than shards,
     /// or the application's threads pinned elsewhere). Where the application's threads share

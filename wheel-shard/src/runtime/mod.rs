@@ -4,6 +4,7 @@
 
 pub(crate) mod core;
 pub(crate) mod manual_clock;
+pub(crate) mod pinning;
 pub(crate) mod priority;
 pub(crate) mod rouse;
 pub(crate) mod tick;
