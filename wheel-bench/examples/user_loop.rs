@@ -31,6 +31,11 @@
 //! cargo run --release -p wheel-bench --example user_loop -- [TIMERS] [ROUNDS] [SPREAD_MS]
 //! ```
 //!
+//! The service runs the default config with the `WHEEL_*` variables on top (for example
+//! `WHEEL_PIN_THREADS=true`). Each round also prints how much of the loop's time the producer
+//! was on a CPU: the rest it waited for one, behind the host's stalls or the service's own
+//! threads on its core.
+//!
 //! It exits non-zero if a timer fired early or went missing.
 
 use std::hint::black_box;
@@ -247,7 +252,10 @@ fn written_elsewhere(lines: &[Line]) {
 }
 
 /// The user loop over `n` timers; returns its wall time.
-fn user_loop(service: &TimerService, n: u64, spread: Duration) -> Duration {
+/// The user loop: its wall time, and the time the producer thread was on a CPU meanwhile
+/// (the rest it waited for a CPU: the host's stalls, or the service's threads on its core).
+fn user_loop(service: &TimerService, n: u64, spread: Duration) -> (Duration, Duration) {
+    let cpu_before = thread_cpu();
     let start = Instant::now();
     for j in 0..n {
         let delay = delay(j, spread);
@@ -256,7 +264,19 @@ fn user_loop(service: &TimerService, n: u64, spread: Duration) -> Duration {
             .schedule(delay, move || record(j, intended))
             .expect("the service takes every timer");
     }
-    start.elapsed()
+    (start.elapsed(), thread_cpu().saturating_sub(cpu_before))
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call's duration.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(status, 0, "CLOCK_THREAD_CPUTIME_ID");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 fn arg<T: std::str::FromStr>(index: usize, default: T) -> T {
@@ -278,7 +298,10 @@ fn main() {
     println!(
         "user loop: {n} timers over {spread:?} from one producer, 24-byte closure, schedule(Duration); {cores} cores"
     );
-    let service = TimerService::new(Config::default()).expect("the default config is valid");
+    let config = Config::default()
+        .with_env()
+        .expect("the WHEEL_* variables make a valid config");
+    let service = TimerService::new(config).expect("the config is valid");
     let lines: Vec<Line> = (0..n)
         .map(|_| Line {
             word: AtomicU64::new(0),
@@ -287,7 +310,7 @@ fn main() {
         .collect();
     let mut ratios = Vec::new();
     for round in 0..rounds {
-        let took = user_loop(&service, n, spread);
+        let (took, on_cpu) = user_loop(&service, n, spread);
         while service.pending() > 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -299,8 +322,9 @@ fn main() {
         let handover = floor(Floor::Handover, n, spread, &lines);
         let label = if round == 0 { "warm-up" } else { "warm" };
         println!(
-            "round {round} ({label}): loop {took:.2?} = {:.1} ns/timer; floor {handover:.2?} = {:.1} ns/timer (user {:.1}, + clock {:.1}, + record {:.1}, + hand-over {:.1}); loop / floor {:.2}",
+            "round {round} ({label}): loop {took:.2?} = {:.1} ns/timer ({:.1} on a CPU); floor {handover:.2?} = {:.1} ns/timer (user {:.1}, + clock {:.1}, + record {:.1}, + hand-over {:.1}); loop / floor {:.2}",
             ns_per(took, n),
+            ns_per(on_cpu, n),
             ns_per(handover, n),
             ns_per(user, n),
             ns_per(clock, n),
