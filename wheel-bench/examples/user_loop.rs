@@ -254,6 +254,8 @@ fn written_elsewhere(lines: &[Line]) {
 /// The user loop over `n` timers; returns its wall time.
 /// The user loop: its wall time, and the time the producer thread was on a CPU meanwhile
 /// (the rest it waited for a CPU: the host's stalls, or the service's threads on its core).
+/// Never inlined, so a profile can count it alone.
+#[inline(never)]
 fn user_loop(service: &TimerService, n: u64, spread: Duration) -> (Duration, Duration) {
     let cpu_before = thread_cpu();
     let start = Instant::now();
