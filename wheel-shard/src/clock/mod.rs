@@ -164,6 +164,7 @@ impl Clock {
     }
 
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
+    #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
         self.ticks_ceil(self.elapsed_above().saturating_add(nanos(delay)))
     }
@@ -179,6 +180,7 @@ impl Clock {
     }
 
     /// The first tick at or after `at`; an instant in the past is due now.
+    #[inline]
     pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
         self.ticks_ceil(nanos(at.saturating_duration_since(self.origin)))
     }
@@ -213,6 +215,7 @@ impl Clock {
     }
 
     /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never".
+    #[inline]
     fn ticks_ceil(&self, nanos: u64) -> u64 {
         if nanos == u64::MAX {
             return u64::MAX;
