@@ -91,3 +91,12 @@ pub fn wheel_tasks() -> Vec<(String, std::path::PathBuf)> {
         .filter(|(name, _)| name.starts_with("wheel-"))
         .collect()
 }
+
+/// This process's tick threads (`wheel-tick-*`), by their `/proc` directories.
+pub fn tick_threads() -> Vec<std::path::PathBuf> {
+    wheel_tasks()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("wheel-tick-"))
+        .map(|(_, path)| path)
+        .collect()
+}

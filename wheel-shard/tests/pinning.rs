@@ -12,17 +12,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::wheel_tasks;
+use common::tick_threads;
 use wheel_shard::{Config, TimerService};
-
-/// This process's tick threads (`wheel-tick-*`), by their `/proc` directories.
-fn tick_threads() -> BTreeSet<PathBuf> {
-    wheel_tasks()
-        .into_iter()
-        .filter(|(name, _)| name.starts_with("wheel-tick-"))
-        .map(|(_, path)| path)
-        .collect()
-}
 
 /// The CPUs a thread may run on, from its `/proc` `status` (`Cpus_allowed_list`, e.g. `0-3,6`).
 fn allowed_cpus(task: &std::path::Path) -> BTreeSet<usize> {
@@ -61,9 +52,12 @@ fn started(pin_threads: bool) -> TimerService {
 
 /// The tick threads of this process that `start` adds.
 fn new_tick_threads(start: impl FnOnce() -> TimerService) -> (TimerService, Vec<PathBuf>) {
-    let before = tick_threads();
+    let before: BTreeSet<PathBuf> = tick_threads().into_iter().collect();
     let service = start();
-    let added = tick_threads().difference(&before).cloned().collect();
+    let added = tick_threads()
+        .into_iter()
+        .filter(|thread| !before.contains(thread))
+        .collect();
     (service, added)
 }
 

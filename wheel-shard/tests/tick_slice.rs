@@ -7,23 +7,13 @@
 mod common;
 mod skip;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::wheel_tasks;
+use common::tick_threads;
 use wheel_shard::{Config, TimerService};
 
 /// The slice a tick thread asks for (`priority::TICK_SLICE`), in nanoseconds.
 const SHORT_SLICE_NANOS: u64 = 100_000;
-
-/// This process's tick threads (`wheel-tick-*`), by their `/proc` directories.
-fn tick_threads() -> Vec<PathBuf> {
-    wheel_tasks()
-        .into_iter()
-        .filter(|(name, _)| name.starts_with("wheel-tick-"))
-        .map(|(_, path)| path)
-        .collect()
-}
 
 /// A thread's scheduler slice in nanoseconds, from its `/proc` `sched` file (`se.slice`, which
 /// kernels built with scheduler debugging show).
