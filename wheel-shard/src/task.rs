@@ -84,6 +84,12 @@ impl Task {
         Task { vtable, data }
     }
 
+    /// Whether the task repeats: [`Task::period`] without calling into the closure's type.
+    #[inline]
+    pub(crate) fn repeats(&self) -> bool {
+        self.vtable.period.is_some()
+    }
+
     /// The period in ticks of a repeating task; `None` for a one-shot.
     pub(crate) fn period(&self) -> Option<u64> {
         // SAFETY: the storage holds the vtable's type (they are set together in `store`).
@@ -324,12 +330,19 @@ mod tests {
         );
         for mut task in [Task::every(small, 7), Task::every(large, 7)] {
             assert_eq!(task.period(), Some(7));
+            assert!(task.repeats());
             task.run_again();
             task.run_again();
             task.run();
         }
         assert_eq!(runs.load(Ordering::SeqCst), 6);
         assert_eq!(Task::once(|| {}).period(), None);
+        assert!(!Task::once(|| {}).repeats());
+        let ballast = [1u64; 8];
+        let boxed = Task::once(move || {
+            std::hint::black_box(ballast);
+        });
+        assert!(!boxed.repeats(), "a boxed one-shot does not repeat");
         assert_eq!(Arc::strong_count(&runs), 1, "every clone was dropped");
     }
 }

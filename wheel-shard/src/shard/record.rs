@@ -208,11 +208,7 @@ impl Record {
     pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, Ticket) {
         let word = self.word.load(Ordering::Acquire);
         debug_assert_eq!(word & (STATE | LOCKED), FREE, "armed a record in use");
-        let flags = if task.period().is_some() {
-            REPEATING
-        } else {
-            0
-        };
+        let flags = if task.repeats() { REPEATING } else { 0 };
         // SAFETY: a FREE record belongs to the producer that took it from the free slots;
         // its previous task was moved out before it was retired (Release, seen by the
         // Acquire above).
