@@ -41,22 +41,42 @@ pub(crate) struct Clock {
 /// With `m = ⌊2⁶⁴ / d⌋`, the estimate `q = ⌊n·m / 2⁶⁴⌋` is `⌊n / d⌋` or one less (it falls
 /// short by `n·ε / 2⁶⁴ < 1` for the `ε < 1` lost in rounding `m`), so one comparison of the
 /// remainder makes it exact.
+///
+/// Rounded the other way and scaled by `2ˢ` with `2ˢ < d` (`m⁺ = ⌈2⁶⁴⁺ˢ / d⌉`, below 2⁶⁴),
+/// the reciprocal gives the ceiling without the remainder's correction: never below the exact
+/// one, and above it only beyond 2⁶³ ([`Divisor::div_ceil_above`]).
 #[derive(Clone, Copy, Debug)]
 struct Divisor {
     d: u64,
     /// `⌊2⁶⁴ / d⌋`; unused (0) when `d == 1`, where the quotient is `n` itself.
     m: u64,
+    /// `⌈2⁶⁴⁺ˢ / d⌉`, with `s` = [`Divisor::s`]; unused (0) when `d == 1`.
+    m_up: u64,
+    /// The largest `s` with `2ˢ < d`; 0 when `d == 1`.
+    s: u32,
 }
 
 impl Divisor {
     fn new(d: u64) -> Self {
         assert!(d > 0, "division by zero");
-        let m = if d == 1 {
-            0
-        } else {
-            ((1u128 << 64) / u128::from(d)) as u64
-        };
-        Divisor { d, m }
+        if d == 1 {
+            return Divisor {
+                d,
+                m: 0,
+                m_up: 0,
+                s: 0,
+            };
+        }
+        let s = (d - 1).ilog2();
+        let wide = u128::from(d);
+        Divisor {
+            d,
+            // At most 2⁶³ for d ≥ 2.
+            m: ((1u128 << 64) / wide) as u64,
+            // 2ˢ < d makes it below 2⁶⁴ by at least 2⁶³⁻ˢ ≥ 1, so also after rounding up.
+            m_up: ((1u128 << (64 + s)).div_ceil(wide)) as u64,
+            s,
+        }
     }
 
     /// `(⌊n / d⌋, n mod d)`.
@@ -80,6 +100,26 @@ impl Divisor {
     fn div_ceil(self, n: u64) -> u64 {
         let (q, r) = self.div_rem(n);
         q + u64::from(r > 0)
+    }
+
+    /// `⌈n / d⌉`, exact while `n + d − 1` is below 2⁶³ (292 years of nanoseconds), at most one
+    /// above it beyond: `q = ⌊(n + d − 1)·m⁺ / 2⁶⁴⁺ˢ⌋`, an addition, a multiplication and a
+    /// shift, where [`Divisor::div_ceil`] waits on four more dependent instructions. With
+    /// `n' = n + d − 1`: `m⁺ ≥ 2⁶⁴⁺ˢ / d` makes `q ≥ ⌊n' / d⌋ = ⌈n / d⌉`; `m⁺ < 2⁶⁴⁺ˢ / d + 1`
+    /// makes `q < n' / d + n' / 2⁶⁴⁺ˢ`, and since `n' / d` is a whole number plus at most
+    /// `(d − 1) / d`, the excess reaches the next whole number only if `n' / 2⁶⁴⁺ˢ ≥ 1 / d`,
+    /// that is `n' ≥ 2⁶⁴⁺ˢ / d > 2⁶³`. For deadlines, which may be late but never early.
+    #[inline]
+    fn div_ceil_above(self, n: u64) -> u64 {
+        if self.d == 1 {
+            return n;
+        }
+        match n.checked_add(self.d - 1) {
+            // The high word, then `s` more: one shift, where a `u128` shift by `64 + s`
+            // compiles to several.
+            Some(n) => (((u128::from(n) * u128::from(self.m_up)) >> 64) as u64) >> self.s,
+            None => self.div_ceil(n),
+        }
     }
 }
 
@@ -166,7 +206,12 @@ impl Clock {
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
     #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.ticks_ceil(self.elapsed_above().saturating_add(nanos(delay)))
+        let nanos = self.elapsed_above().saturating_add(nanos(delay));
+        if nanos == u64::MAX {
+            return u64::MAX;
+        }
+        // The schedule path waits on this division: the short one, exact for 292 years.
+        self.tick.div_ceil_above(nanos)
     }
 
     /// Nanoseconds since `origin` that are never behind "now": the counter clock's bound where
@@ -278,6 +323,28 @@ mod tests {
             for n in edges.into_iter().chain((0..2_000).map(|_| next())) {
                 assert_eq!(div.div_floor(n), n / d, "{n} / {d}");
                 assert_eq!(div.div_ceil(n), n.div_ceil(d), "{n} / {d} rounded up");
+                let above = div.div_ceil_above(n);
+                assert!(
+                    above == n.div_ceil(d) || above == n.div_ceil(d) + 1,
+                    "{n} / {d} rounded up: {above}, never below the ceiling, at most one above"
+                );
+            }
+        }
+        // Below 2⁶³ it is the exact ceiling, at the ticks a service uses and at any other.
+        for d in [
+            2,
+            3,
+            1 << 20,
+            100_000,
+            1_000_000,
+            1_000_000_007,
+            3_600_000_000_000,
+        ] {
+            let div = Divisor::new(d);
+            for n in (0..2_000).map(|_| next() >> 2) {
+                for n in [n, n / d * d, (n / d * d).saturating_sub(1), n / d * d + 1] {
+                    assert_eq!(div.div_ceil_above(n), n.div_ceil(d), "{n} / {d} rounded up");
+                }
             }
         }
         for _ in 0..2_000 {
@@ -287,6 +354,10 @@ mod tests {
             }
             let n = next();
             assert_eq!(Divisor::new(d).div_floor(n), n / d, "{n} / {d}");
+            // Where `n + d − 1` stays below 2⁶³.
+            let (n, d) = (n >> 2, (d >> 2).max(1));
+            let above = Divisor::new(d).div_ceil_above(n);
+            assert_eq!(above, n.div_ceil(d), "{n} / {d} rounded up");
         }
     }
 
