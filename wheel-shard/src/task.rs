@@ -103,7 +103,7 @@ impl Task {
     pub(crate) fn run(self) {
         let mut this = ManuallyDrop::new(self);
         let data = this.data.as_mut_ptr().cast::<u8>();
-        if this.vtable.period.is_some() {
+        if this.repeats() {
             // SAFETY: as below; the closure is then dropped in place, exactly once.
             unsafe {
                 (this.vtable.call_mut)(data);
@@ -118,7 +118,7 @@ impl Task {
 
     /// Runs a repeating task once, keeping it for its next run.
     pub(crate) fn run_again(&mut self) {
-        debug_assert!(self.vtable.period.is_some());
+        debug_assert!(self.repeats());
         // SAFETY: the storage holds the vtable's type; `call_mut` leaves it in place.
         unsafe { (self.vtable.call_mut)(self.data.as_mut_ptr().cast()) }
     }

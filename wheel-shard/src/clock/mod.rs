@@ -206,12 +206,7 @@ impl Clock {
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
     #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        let nanos = self.elapsed_above().saturating_add(nanos(delay));
-        if nanos == u64::MAX {
-            return u64::MAX;
-        }
-        // The schedule path waits on this division: the short one, exact for 292 years.
-        self.tick.div_ceil_above(nanos)
+        self.ticks_ceil(self.elapsed_above().saturating_add(nanos(delay)))
     }
 
     /// Nanoseconds since `origin` that are never behind "now": the counter clock's bound where
@@ -259,13 +254,15 @@ impl Clock {
         self.instant(tick).saturating_duration_since(Instant::now())
     }
 
-    /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never".
+    /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never". The schedule
+    /// path waits on this division, so it is the short one (exact for 292 years of nanoseconds,
+    /// never below the ceiling after that).
     #[inline]
     fn ticks_ceil(&self, nanos: u64) -> u64 {
         if nanos == u64::MAX {
             return u64::MAX;
         }
-        self.tick.div_ceil(nanos)
+        self.tick.div_ceil_above(nanos)
     }
 }
 
