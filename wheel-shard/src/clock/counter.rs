@@ -65,18 +65,24 @@ const RATE_SHIFT: u32 = 32;
 /// The counter clock of this process, measured once: `None` where there is none.
 static CALIBRATED: OnceLock<Option<CounterClock>> = OnceLock::new();
 
-/// One thread's anchor (rule 3): a counter reading and the monotonic time, in nanoseconds
-/// since the calibration's epoch, read right after it. Shared by every service the thread
-/// schedules on, since all measure from the one epoch.
+/// One thread's anchor (rule 3): a counter reading, and the monotonic time read right after
+/// it (nanoseconds since the calibration's epoch) plus `MARGIN_NANOS`, so that a bound costs
+/// one addition less after the counter read. Shared by every service the thread schedules on,
+/// since all measure from the one epoch.
 #[derive(Clone, Copy)]
 struct Anchor {
     count: u64,
-    nanos: u64,
+    nanos_with_margin: u64,
 }
 
 thread_local! {
     /// Count 0 is long past on any machine, so a thread's first read takes a new anchor.
-    static ANCHOR: Cell<Anchor> = const { Cell::new(Anchor { count: 0, nanos: 0 }) };
+    static ANCHOR: Cell<Anchor> = const {
+        Cell::new(Anchor {
+            count: 0,
+            nanos_with_margin: 0,
+        })
+    };
 }
 
 /// The calibrated counter: how to turn counts into a bound on the monotonic clock.
@@ -111,15 +117,28 @@ impl CounterClock {
     /// Nanoseconds since [`CounterClock::epoch`], never behind the monotonic clock's now.
     #[inline]
     pub(crate) fn nanos_above(self) -> u64 {
+        self.nanos_above_plus(0)
+    }
+
+    /// [`CounterClock::nanos_above`] plus `offset`, wrapping: the caller knows the sum's range.
+    /// The offset joins the anchor's time, which is known before the counter is read, so
+    /// after the read only the extrapolation's multiplication and one addition remain.
+    #[inline]
+    pub(crate) fn nanos_above_plus(self, offset: u64) -> u64 {
         let count = read_counter();
         ANCHOR.with(|anchor| {
-            let Anchor { count: at, nanos } = anchor.get();
+            let Anchor {
+                count: at,
+                nanos_with_margin,
+            } = anchor.get();
             let ahead = count.wrapping_sub(at);
             if ahead <= self.span {
                 // `ahead · rate` < 2 µs of counts times a rate under 2⁴⁰: no overflow.
-                nanos + ((ahead * self.rate) >> RATE_SHIFT) + MARGIN_NANOS
+                nanos_with_margin
+                    .wrapping_add(offset)
+                    .wrapping_add((ahead * self.rate) >> RATE_SHIFT)
             } else {
-                self.anchor(anchor)
+                self.anchor(anchor).wrapping_add(offset)
             }
         })
     }
@@ -132,7 +151,7 @@ impl CounterClock {
         if read.width() <= self.span / 2 {
             anchor.set(Anchor {
                 count: read.before,
-                nanos: read.nanos,
+                nanos_with_margin: read.nanos + MARGIN_NANOS,
             });
         }
         read.nanos

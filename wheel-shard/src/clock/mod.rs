@@ -32,6 +32,9 @@ pub(crate) struct Clock {
     counter: Option<CounterClock>,
     /// `origin` in the counter clock's nanoseconds (0 without one).
     origin_on_counter: u64,
+    /// Delays (nanoseconds) below this take the counter clock's short path in
+    /// [`Clock::deadline_after`], where the sum it divides stays below 2⁶³ (0: none does).
+    short_delays_below: u64,
 }
 
 /// Division by a fixed `u64`, by multiplying with its precomputed reciprocal: every
@@ -115,11 +118,19 @@ impl Divisor {
             return n;
         }
         match n.checked_add(self.d - 1) {
-            // The high word, then `s` more: one shift, where a `u128` shift by `64 + s`
-            // compiles to several.
-            Some(n) => (((u128::from(n) * u128::from(self.m_up)) >> 64) as u64) >> self.s,
+            Some(biased) => self.div_ceil_biased(biased),
             None => self.div_ceil(n),
         }
+    }
+
+    /// [`Divisor::div_ceil_above`] of `n`, given `biased = n + d − 1` (no overflow), for
+    /// `d ≥ 2`: for a caller that adds `d − 1` where it costs nothing.
+    #[inline]
+    fn div_ceil_biased(self, biased: u64) -> u64 {
+        debug_assert!(self.d >= 2, "m⁺ is unset for d = 1");
+        // The high word, then `s` more: one shift, where a `u128` shift by `64 + s` compiles to
+        // several.
+        (((u128::from(biased) * u128::from(self.m_up)) >> 64) as u64) >> self.s
     }
 }
 
@@ -140,6 +151,13 @@ impl Clock {
     fn with_counter(tick: Duration, counter: Option<CounterClock>) -> Self {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         let origin = Instant::now();
+        // With the bound less the origin below 2⁶² (146 years of uptime), a delay below
+        // 2⁶² − d keeps `bound − origin + delay + d − 1` below 2⁶³.
+        let short_delays_below = if counter.is_some() && tick_nanos >= 2 {
+            (1u64 << 62).saturating_sub(tick_nanos)
+        } else {
+            0
+        };
         Clock {
             origin,
             tick: Divisor::new(tick_nanos),
@@ -148,6 +166,7 @@ impl Clock {
             origin_on_counter: counter.map_or(0, |counter| {
                 nanos(origin.saturating_duration_since(counter.epoch()))
             }),
+            short_delays_below,
         }
     }
 
@@ -204,9 +223,31 @@ impl Clock {
     }
 
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
+    ///
+    /// With the counter clock, `⌈(bound − origin + delay) / d⌉` is taken as
+    /// `⌊(bound + (delay + d − 1 − origin))·m⁺ / 2⁶⁴⁺ˢ⌋` ([`Divisor::div_ceil_biased`]): the
+    /// bracket is known before the counter is read, so the schedule waits after the read only
+    /// for the bound's own arithmetic, one multiplication and a shift. The bound is never
+    /// behind "now", which is past the origin, so the sum never wraps below zero; below
+    /// `short_delays_below` it stays under 2⁶³, where the division is exact.
     #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.ticks_ceil(self.elapsed_above().saturating_add(nanos(delay)))
+        let delay = nanos(delay);
+        match self.counter {
+            Some(counter) if delay < self.short_delays_below => self
+                .tick
+                .div_ceil_biased(counter.nanos_above_plus(self.bracket(delay))),
+            _ => self.ticks_ceil(self.elapsed_above().saturating_add(delay)),
+        }
+    }
+
+    /// `delay + d − 1 − origin`, wrapping: what [`Clock::deadline_after`] adds to the counter
+    /// clock's bound before dividing.
+    #[inline]
+    fn bracket(&self, delay: u64) -> u64 {
+        delay
+            .wrapping_add(self.tick.d - 1)
+            .wrapping_sub(self.origin_on_counter)
     }
 
     /// Nanoseconds since `origin` that are never behind "now": the counter clock's bound where
@@ -355,6 +396,65 @@ mod tests {
             let (n, d) = (n >> 2, (d >> 2).max(1));
             let above = Divisor::new(d).div_ceil_above(n);
             assert_eq!(above, n.div_ceil(d), "{n} / {d} rounded up");
+        }
+    }
+
+    /// The short path's arithmetic, for any origin, bound past it and delay it takes, is the
+    /// exact ceiling of `(bound − origin + delay) / d`; delays at its limit and beyond (the
+    /// long path) both round up.
+    #[test]
+    fn the_counter_clocks_short_path_is_the_exact_ceiling() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for tick in [
+            counter::MIN_TICK,
+            Duration::from_millis(1),
+            Duration::from_nanos(1_000_003),
+            Duration::from_secs(3600),
+        ] {
+            let real = Clock::with_counter(tick, CounterClock::calibrated());
+            let d = real.tick_nanos();
+            for _ in 0..20_000 {
+                let origin = next() >> 3;
+                let clock = Clock {
+                    origin_on_counter: origin,
+                    short_delays_below: (1u64 << 62) - d,
+                    ..real.clone()
+                };
+                // Up to a century past the origin, and any delay the short path takes.
+                let bound = origin + next() % (100 * 365 * 86_400 * 1_000_000_000);
+                let delay = next() % clock.short_delays_below;
+                let short = clock
+                    .tick
+                    .div_ceil_biased(bound.wrapping_add(clock.bracket(delay)));
+                let exact = (bound - origin + delay).div_ceil(d);
+                assert_eq!(
+                    short, exact,
+                    "bound {bound}, origin {origin}, delay {delay}, d {d}"
+                );
+            }
+            let now = real.now();
+            for delay in [
+                (1u64 << 62) - d - 1,
+                (1u64 << 62) - d,
+                1 << 62,
+                1 << 63,
+            ] {
+                let tick = real.deadline_after(Duration::from_nanos(delay));
+                assert!(
+                    tick >= now + delay / d,
+                    "{delay} ns from tick {now}: {tick}"
+                );
+                assert!(
+                    tick <= now + delay / d + 2,
+                    "{delay} ns from tick {now}: {tick}"
+                );
+            }
         }
     }
 
