@@ -32,9 +32,6 @@ pub(crate) struct Clock {
     counter: Option<CounterClock>,
     /// `origin` in the counter clock's nanoseconds (0 without one).
     origin_on_counter: u64,
-    /// Delays (nanoseconds) below this take the counter clock's short path in
-    /// [`Clock::deadline_after`], where the sum it divides stays below 2⁶³ (0: none does).
-    short_delays_below: u64,
 }
 
 /// Division by a fixed `u64`, by multiplying with its precomputed reciprocal: every
@@ -123,6 +120,12 @@ impl Divisor {
         }
     }
 
+    /// Whether [`Divisor::div_ceil_biased`] serves this divisor: `2 ≤ d <` [`SHORT`].
+    #[inline]
+    fn takes_short(self) -> bool {
+        (2..SHORT).contains(&self.d)
+    }
+
     /// [`Divisor::div_ceil_above`] of `n`, given `biased = n + d − 1` (no overflow), for
     /// `d ≥ 2`: for a caller that adds `d − 1` where it costs nothing.
     #[inline]
@@ -133,6 +136,13 @@ impl Divisor {
         (((u128::from(biased) * u128::from(self.m_up)) >> 64) as u64) >> self.s
     }
 }
+
+/// The short ceiling's operands ([`Divisor::div_ceil_biased`]): a tick, a delay and a time
+/// since the origin below 2⁶¹ ns (73 years) each, plus a bound up to 2⁶² ns past the origin
+/// (146 years of uptime), keep the sum it divides below 2⁶³, where it is exact.
+const SHORT: u64 = 1 << 61;
+
+const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// How far past `origin` an unreachable deadline is pinned when shown as an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -151,13 +161,6 @@ impl Clock {
     fn with_counter(tick: Duration, counter: Option<CounterClock>) -> Self {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         let origin = Instant::now();
-        // With the bound less the origin below 2⁶² (146 years of uptime), a delay below
-        // 2⁶² − d keeps `bound − origin + delay + d − 1` below 2⁶³.
-        let short_delays_below = if counter.is_some() && tick_nanos >= 2 {
-            (1u64 << 62).saturating_sub(tick_nanos)
-        } else {
-            0
-        };
         Clock {
             origin,
             tick: Divisor::new(tick_nanos),
@@ -166,7 +169,6 @@ impl Clock {
             origin_on_counter: counter.map_or(0, |counter| {
                 nanos(origin.saturating_duration_since(counter.epoch()))
             }),
-            short_delays_below,
         }
     }
 
@@ -228,13 +230,13 @@ impl Clock {
     /// `⌊(bound + (delay + d − 1 − origin))·m⁺ / 2⁶⁴⁺ˢ⌋` ([`Divisor::div_ceil_biased`]): the
     /// bracket is known before the counter is read, so the schedule waits after the read only
     /// for the bound's own arithmetic, one multiplication and a shift. The bound is never
-    /// behind "now", which is past the origin, so the sum never wraps below zero; below
-    /// `short_delays_below` it stays under 2⁶³, where the division is exact.
+    /// behind "now", which is past the origin, so the sum never wraps below zero; with
+    /// operands below [`SHORT`] it stays under 2⁶³, where the division is exact.
     #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
         let delay = nanos(delay);
         match self.counter {
-            Some(counter) if delay < self.short_delays_below => self
+            Some(counter) if delay < SHORT && self.tick.takes_short() => self
                 .tick
                 .div_ceil_biased(counter.nanos_above_plus(self.bracket(delay))),
             _ => self.ticks_ceil(self.elapsed_above().saturating_add(delay)),
@@ -261,9 +263,18 @@ impl Clock {
     }
 
     /// The first tick at or after `at`; an instant in the past is due now.
+    ///
+    /// Within [`SHORT`] of the origin, `n + d − 1` is taken as `secs·10⁹ + (subsec + d − 1)`,
+    /// the addition beside the multiplication, and divided by the short ceiling.
     #[inline]
     pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
-        self.ticks_ceil(nanos(at.saturating_duration_since(self.origin)))
+        let since = at.saturating_duration_since(self.origin);
+        let secs = since.as_secs();
+        if secs < SHORT / NANOS_PER_SEC && self.tick.takes_short() {
+            let rest = u64::from(since.subsec_nanos()) + (self.tick.d - 1);
+            return self.tick.div_ceil_biased(secs * NANOS_PER_SEC + rest);
+        }
+        self.ticks_ceil(nanos(since))
     }
 
     /// `period` in whole ticks, rounded up, at least one.
@@ -423,12 +434,11 @@ mod tests {
                 let origin = next() >> 3;
                 let clock = Clock {
                     origin_on_counter: origin,
-                    short_delays_below: (1u64 << 62) - d,
                     ..real.clone()
                 };
                 // Up to a century past the origin, and any delay the short path takes.
                 let bound = origin + next() % (100 * 365 * 86_400 * 1_000_000_000);
-                let delay = next() % clock.short_delays_below;
+                let delay = next() % SHORT;
                 let short = clock
                     .tick
                     .div_ceil_biased(bound.wrapping_add(clock.bracket(delay)));
@@ -439,12 +449,7 @@ mod tests {
                 );
             }
             let now = real.now();
-            for delay in [
-                (1u64 << 62) - d - 1,
-                (1u64 << 62) - d,
-                1 << 62,
-                1 << 63,
-            ] {
+            for delay in [SHORT - 1, SHORT, 1 << 62, 1 << 63] {
                 let tick = real.deadline_after(Duration::from_nanos(delay));
                 assert!(
                     tick >= now + delay / d,
@@ -453,6 +458,42 @@ mod tests {
                 assert!(
                     tick <= now + delay / d + 2,
                     "{delay} ns from tick {now}: {tick}"
+                );
+            }
+        }
+    }
+
+    /// `deadline_at` is the exact ceiling on its short path (within [`SHORT`] of the origin)
+    /// and beyond it, at every tick, including the one nanosecond tick the short path refuses.
+    #[test]
+    fn a_deadline_at_an_instant_is_the_exact_ceiling() {
+        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for tick in [
+            Duration::from_nanos(1),
+            Duration::from_micros(700),
+            Duration::from_millis(1),
+            Duration::from_nanos(1_000_003),
+            Duration::from_secs(3600),
+        ] {
+            let clock = Clock::new(tick);
+            let d = clock.tick_nanos();
+            let edges = [0, 1, d - 1, d, d + 1, SHORT - 1, SHORT, SHORT + 1];
+            let whole_secs = SHORT / NANOS_PER_SEC * NANOS_PER_SEC;
+            let edges = edges.into_iter().chain([whole_secs - 1, whole_secs]);
+            for n in edges.chain((0..20_000).map(|_| next() >> (2 + next() % 40))) {
+                let Some(at) = clock.origin.checked_add(Duration::from_nanos(n)) else {
+                    continue;
+                };
+                assert_eq!(
+                    clock.deadline_at(at),
+                    n.div_ceil(d),
+                    "{n} ns past the origin, d {d}"
                 );
             }
         }
