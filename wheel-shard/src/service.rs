@@ -253,16 +253,16 @@ impl TimerService {
     ) -> Result<TimerId, ScheduleError> {
         let core = self.core();
         if core.closed.load(Ordering::Acquire) {
-            return Err(ScheduleError::Shutdown);
+            return Err(refuse(core, task, ScheduleError::Shutdown));
         }
-        core.limit
-            .acquire()
-            .map_err(|limit| ScheduleError::TooManyPending { limit })?;
+        if let Err(limit) = core.limit.acquire() {
+            return Err(refuse(core, task, ScheduleError::TooManyPending { limit }));
+        }
         let shard = core.pick_shard();
         let Ok((slot, record)) = shard.table.claim_record(deadline) else {
             // Every record of the shard's table holds a live timer.
             core.limit.release();
-            return Err(ScheduleError::Saturated);
+            return Err(refuse(core, task, ScheduleError::Saturated));
         };
         let (gen, _) = record.arm(deadline, task);
         let placement = Placement { deadline, slot };
@@ -276,8 +276,7 @@ impl TimerService {
                 if let Some(task) = record.withdraw(gen) {
                     shard.table.release(slot);
                     core.limit.release();
-                    drop_contained(task, "a task that was not scheduled", &core.drop_panics);
-                    return Err(error);
+                    return Err(refuse(core, task, error));
                 }
                 // A stale reference took it meanwhile (see `Record`): it counts as scheduled.
                 Ok(TimerId::new(core.tag, shard.index, slot, gen))
@@ -470,6 +469,14 @@ impl Handle {
         core.collected.store(true, Ordering::SeqCst);
         unfired
     }
+}
+
+/// A schedule refused with `error`: its task is dropped here, a panic in the task's `Drop`
+/// contained and counted, so the caller gets the error and never an unwinding panic.
+#[cold]
+fn refuse(core: &Core, task: Task, error: ScheduleError) -> ScheduleError {
+    drop_contained(task, "a task that was not scheduled", &core.drop_panics);
+    error
 }
 
 /// Joins `handle`, unless it is the calling thread (a callback that dropped the last handle or

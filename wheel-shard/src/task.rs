@@ -99,21 +99,17 @@ impl Task {
     }
 
     /// Runs the task: a one-shot runs and is consumed; a repeating one runs once and is
-    /// dropped (at shutdown, `Unfired::run`).
-    pub(crate) fn run(self) {
-        let mut this = ManuallyDrop::new(self);
-        let data = this.data.as_mut_ptr().cast::<u8>();
-        if this.repeats() {
-            // SAFETY: as below; the closure is then dropped in place, exactly once.
-            unsafe {
-                (this.vtable.call_mut)(data);
-                (this.vtable.drop)(data);
-            }
-        } else {
-            // SAFETY: the storage holds the vtable's type, and `ManuallyDrop` keeps `Drop` from
-            // dropping the closure that `call_once` consumes.
-            unsafe { (this.vtable.call_once)(data) };
+    /// dropped (at shutdown, `Unfired::run`), also when the run panics.
+    pub(crate) fn run(mut self) {
+        if self.repeats() {
+            // `self`'s `Drop` drops the closure after the call, or while a panic unwinds.
+            self.run_again();
+            return;
         }
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: the storage holds the vtable's type, and `ManuallyDrop` keeps `Drop` from
+        // dropping the closure that `call_once` consumes (and drops, should it panic).
+        unsafe { (this.vtable.call_once)(this.data.as_mut_ptr().cast()) };
     }
 
     /// Runs a repeating task once, keeping it for its next run.
