@@ -83,8 +83,9 @@ impl ManualClock {
     }
 
     /// Moves virtual time to the earliest pending deadline and returns it, once the callbacks
-    /// due then have completed; `None` (time unchanged) when no timer is pending. A timer with
-    /// an unreachable deadline (`Duration::MAX`) is not counted as pending here.
+    /// due then have completed; `None` (time unchanged) when no timer is pending. A timer
+    /// whose deadline virtual time cannot reach (`Duration::MAX`, or anything past the 584
+    /// years its `u64` nanoseconds hold) is not counted as pending here.
     ///
     /// Called from one of the service's own callbacks it returns `None` at once (it cannot
     /// wait for the callback it is called from); after `shutdown` too.
@@ -115,14 +116,20 @@ impl ManualClock {
         self.core.closed.load(Ordering::SeqCst)
     }
 
-    /// The earliest tick any shard's wheel has due, as the tick threads last reported.
+    /// The earliest tick any shard's wheel has due, as the tick threads last reported, if
+    /// virtual time can reach it. Virtual time is nanoseconds in a `u64` (584 years), so a
+    /// tick that begins later is never reached: a `Duration::MAX` timer's, which the wheel
+    /// keeps beyond its levels and reports by where that rotation begins, and any deadline
+    /// within the last tick. Moving time there would leave the tick unreached and the wheel
+    /// reporting it again, without end.
     fn next_due(&self) -> Option<u64> {
+        let last = u64::MAX / self.core.clock.tick_nanos();
         self.core
             .shards
             .iter()
             .map(|shard| shard.next_due.load(Ordering::SeqCst))
             .min()
-            .filter(|&tick| tick != IDLE)
+            .filter(|&tick| tick != IDLE && tick <= last)
     }
 
     fn tick_start(&self, tick: u64) -> u64 {
