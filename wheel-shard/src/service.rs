@@ -14,7 +14,7 @@ use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::pinning;
 use crate::runtime::priority;
-use crate::runtime::tick::{hand_back, ShardTick};
+use crate::runtime::tick::{hand_back, hand_back_pending, ShardTick};
 use crate::runtime::tick_thread::TickThread;
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
@@ -400,8 +400,9 @@ impl TimerService {
     ///   the first call is done, so every service thread has stopped when it returns.
     /// - Called from a callback (or a task's `Drop` on a service thread), it cannot wait for
     ///   its own thread: it waits for every other thread of the service, hands back every
-    ///   unfired timer but the one whose callback is running, and returns while that callback
-    ///   still runs. A repeating timer whose callback called it is not re-armed: its task is
+    ///   unfired timer but the one whose callback is running (those handed to its worker and
+    ///   not started too, found by a pass over every record in use), and returns while that
+    ///   callback still runs. A repeating timer whose callback called it is not re-armed: its task is
     ///   dropped when the run returns (so a service handle it holds is released). A concurrent
     ///   call from a callback, while another shutdown is under way, returns at once.
     pub fn shutdown(&self) -> Vec<Unfired> {
@@ -464,6 +465,12 @@ impl Handle {
         for shard in core.shards.iter() {
             while let Some(notice) = shard.notices.steal().success() {
                 unfired.extend(hand_back(core, shard, notice.placement().reference()));
+            }
+        }
+        if core.is_own_thread() {
+            // The calling thread was not joined: what only it holds comes back by its records.
+            for shard in core.shards.iter() {
+                unfired.extend(hand_back_pending(core, shard));
             }
         }
         core.collected.store(true, Ordering::SeqCst);

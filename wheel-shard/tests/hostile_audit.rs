@@ -263,7 +263,6 @@ fn a_handed_back_repeating_timer_whose_run_panics_drops_its_closure() {
 // `reschedule`) are already handed to its worker must not lose them: each is handed back or
 // fires.
 #[test]
-#[ignore = "BUG: shutdown from a callback collects notices before its own worker claims the rest of its batch; a postponed timer's Claim::Later notice is then never read (lost)"]
 fn shutdown_from_a_callback_keeps_postponed_timers_of_the_same_batch() {
     let report = within(SOON, || {
         let (timers, clock) = manual(1, 1);

@@ -24,6 +24,7 @@ use crate::shard::{
     ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
     PREFAULT_AHEAD_BYTES,
 };
+use crate::task::Task;
 use crate::timer::{TimerId, Unfired};
 
 /// Due references handed out per pass of the loop (each pass also drains the ring).
@@ -426,22 +427,46 @@ fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
 /// retired and its task comes back), `None` if the reference is stale.
 pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<Unfired> {
     let record = shard.table.record(timer.slot)?;
-    let (gen, deadline, task) = record.hand_back(timer.ticket)?;
-    shard.table.release(timer.slot);
+    let taken = record.hand_back(timer.ticket)?;
+    Some(unfired(core, shard, timer.slot, taken))
+}
+
+/// At a shutdown called from one of the service's own threads: every timer still pending in
+/// `shard`'s table, found by its record. That thread cannot be joined, so references only it
+/// holds (a worker's batch in hand, whose postponed timers it would send to a wheel no one
+/// reads any more) are not handed back otherwise. Reads every record ever used, so it is kept
+/// to that case.
+pub(crate) fn hand_back_pending(core: &Core, shard: &Shard) -> Vec<Unfired> {
+    (0..shard.table.high_water())
+        .filter_map(|slot| {
+            let taken = shard.table.record(slot)?.hand_back_pending()?;
+            Some(unfired(core, shard, slot, taken))
+        })
+        .collect()
+}
+
+/// A timer taken back from the record at `slot`, its (generation, deadline, task): the slot
+/// and its `max_pending` place go back, and it is counted as handed back.
+fn unfired(
+    core: &Core,
+    shard: &Shard,
+    slot: u32,
+    (gen, deadline, task): (u64, u64, Task),
+) -> Unfired {
+    shard.table.release(slot);
     core.handed_back.fetch_add(1, Ordering::Relaxed);
     core.limit.release();
-    Some(Unfired {
-        id: TimerId::new(core.tag, shard.index, timer.slot, gen),
+    Unfired {
+        id: TimerId::new(core.tag, shard.index, slot, gen),
         deadline: core.clock.instant(deadline),
         task,
-    })
+    }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::shard::{Cancelled, URGENT_BACKLOG, URGENT_CAPACITY};
-    use crate::task::Task;
     use crate::Config;
 
     fn core() -> Core {

@@ -423,10 +423,23 @@ impl Record {
     /// and retired — its generation, deadline and task — or `None` for a stale reference.
     pub(crate) fn hand_back(&self, ticket: Ticket) -> Option<(u64, u64, Task)> {
         let word = self.lock_live(ticket)?;
+        Some(self.take_back(word))
+    }
+
+    /// At shutdown, without a reference: the timer pending in this record, taken out and
+    /// retired as [`Record::hand_back`] does, or `None` when it holds none pending.
+    pub(crate) fn hand_back_pending(&self) -> Option<(u64, u64, Task)> {
+        let word = self.lock_if(|word| word & STATE == SCHEDULED)?;
+        Some(self.take_back(word))
+    }
+
+    /// Takes the task out of the record held with `word` and retires it: its generation,
+    /// deadline and task.
+    fn take_back(&self, word: u64) -> (u64, u64, Task) {
         let deadline = self.deadline.load(Ordering::Relaxed);
         let task = self.take_task();
         self.word.store(retired(word), Ordering::Release);
-        Some((generation(word), deadline, task))
+        (generation(word), deadline, task)
     }
 
     /// Starts loading the record into this core's cache (a hint: no fault, no effect): both of
@@ -645,6 +658,35 @@ mod tests {
         let (handed, deadline, _task) = record.hand_back(ticket).expect("live");
         assert_eq!((handed, deadline), (gen, 7));
         assert_eq!(record.generation(), gen + 1);
+    }
+
+    /// Without a reference: only a pending timer comes back, whatever its live ticket; a free
+    /// record, one running or one cancelled stays as it is.
+    #[test]
+    fn hand_back_pending_takes_only_a_pending_timer() {
+        let record = Record::new();
+        assert!(record.hand_back_pending().is_none(), "free");
+        let (_, task) = counter();
+        let (gen, _) = record.arm(10, task);
+        assert!(
+            record.reschedule(gen, 3).is_some(),
+            "moved earlier: a new ticket"
+        );
+        let (handed, deadline, _task) = record.hand_back_pending().expect("pending");
+        assert_eq!((handed, deadline), (gen, 3));
+        assert_eq!(record.generation(), gen + 1, "retired");
+        assert!(record.hand_back_pending().is_none(), "once");
+        let (gen, ticket) = record.arm(5, Task::every(|| {}, 1));
+        let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+            panic!("due at 5");
+        };
+        assert!(record.hand_back_pending().is_none(), "running");
+        assert!(matches!(record.cancel(gen), Cancelled::DuringRun));
+        assert!(
+            record.hand_back_pending().is_none(),
+            "cancelled during its run"
+        );
+        assert!(record.finish_run(gen, 6, task).is_err());
     }
 
     #[test]
