@@ -69,16 +69,23 @@ impl fmt::Debug for TimerId {
 }
 
 /// A timer that had not fired when the service shut down, handed back to the caller.
+///
+/// The task is the caller's now: [`Unfired::run`] runs it on the calling thread and dropping
+/// an `Unfired` drops it there, both outside the service's containment, so a panic in the
+/// callback or in the task's `Drop` unwinds into the caller as any other call's would (the
+/// closure's captures are dropped either way).
 pub struct Unfired {
     /// The id `schedule` returned for it.
     pub id: TimerId,
-    /// When it was due (a deadline beyond what `Instant` can show is pinned a century out).
+    /// When it was due; a deadline more than a century past the service's start (one of
+    /// `Duration::MAX`, say) reads as that century.
     pub deadline: Instant,
     pub(crate) task: Task,
 }
 
 impl Unfired {
-    /// Runs the callback now, on this thread (a repeating timer runs once).
+    /// Runs the callback now, on this thread (a repeating timer runs once, and its closure is
+    /// then dropped).
     pub fn run(self) {
         self.task.run();
     }

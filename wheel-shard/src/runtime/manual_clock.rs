@@ -55,6 +55,10 @@ impl ManualClock {
     /// Called from one of the service's own callbacks it cannot wait for callbacks (its own
     /// would never complete): it then only moves the time and wakes the tick threads. After
     /// `shutdown` it only moves the time.
+    ///
+    /// Virtual time ends 584 years past its start (nanoseconds in a `u64`): an advance beyond
+    /// stops there (`Duration::MAX` is legal), and a timer due later, or scheduled after time
+    /// reached the end, never fires; `shutdown` hands it back.
     pub fn advance(&self, by: Duration) {
         let clock = &self.core.clock;
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
