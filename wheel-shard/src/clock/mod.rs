@@ -306,9 +306,9 @@ impl Clock {
         self.instant(tick).saturating_duration_since(Instant::now())
     }
 
-    /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never". The schedule
-    /// path waits on this division, so it is the short one (exact for 292 years of nanoseconds,
-    /// never below the ceiling after that).
+    /// Whole ticks in `nanos`, rounded up; a saturated `u64::MAX` stays "never". The short
+    /// ceiling's checked form: exact for 292 years of nanoseconds, never below the ceiling
+    /// after that (the deadlines' common case skips even its checks).
     #[inline]
     fn ticks_ceil(&self, nanos: u64) -> u64 {
         if nanos == u64::MAX {
