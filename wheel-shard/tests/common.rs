@@ -1,6 +1,8 @@
 //! Helpers shared by the service tests (each test file includes it with `mod common;`).
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use wheel_shard::{Config, TimerService};
@@ -99,4 +101,51 @@ pub fn tick_threads() -> Vec<std::path::PathBuf> {
         .filter(|(name, _)| name.starts_with("wheel-tick-"))
         .map(|(_, path)| path)
         .collect()
+}
+
+/// One shard, one worker, pinning off: slots, order and the worker are predictable.
+pub fn single(config: Config) -> TimerService {
+    TimerService::new(Config {
+        shards: 1,
+        executor_threads: 1,
+        pin_threads: false,
+        ..config
+    })
+    .expect("valid test config")
+}
+
+/// Runs `body` on its own thread; fails the test if it has not returned within `limit` (a
+/// hang or a deadlock), instead of hanging the suite. A panic in `body` fails the test too.
+pub fn within<T: Send + 'static>(limit: Duration, body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(body());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("did not return within {limit:?}: hung or deadlocked")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked"),
+    }
+}
+
+/// Sets its flag when dropped.
+pub struct DropFlag(pub Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Panics when dropped (outside an unwinding panic).
+pub struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("hostile drop");
+        }
+    }
 }

@@ -9,52 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{eventually, SOON};
+use common::{eventually, single, within, DropFlag, PanicsOnDrop, SOON};
 use wheel_shard::{Config, ScheduleError, TimerId, TimerService};
-
-/// One shard, one worker, so slots and the worker are predictable.
-fn single(config: Config) -> TimerService {
-    TimerService::new(Config {
-        shards: 1,
-        executor_threads: 1,
-        pin_threads: false,
-        ..config
-    })
-    .expect("valid test config")
-}
-
-/// Runs `body` on its own thread; fails the test if it has not returned within `limit`
-/// (a deadlock), instead of hanging the suite.
-fn within<T: Send + 'static>(limit: Duration, body: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(body());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(_) => panic!("did not return within {limit:?}: deadlocked"),
-    }
-}
-
-/// Sets its flag when dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Panics when dropped (outside an unwinding panic).
-struct PanicsOnDrop;
-
-impl Drop for PanicsOnDrop {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("hostile drop");
-        }
-    }
-}
 
 fn fires_soon(timers: &TimerService) -> bool {
     let (tx, rx) = mpsc::channel();

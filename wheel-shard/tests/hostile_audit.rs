@@ -16,19 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{eventually, SOON};
+use common::{eventually, single, within, DropFlag, PanicsOnDrop, SOON};
 use wheel_shard::{limits, Config, ManualClock, ScheduleError, TimerId, TimerService};
-
-/// A one-shard, one-worker service: slots, order and the worker are predictable.
-fn single(config: Config) -> TimerService {
-    TimerService::new(Config {
-        shards: 1,
-        executor_threads: 1,
-        pin_threads: false,
-        ..config
-    })
-    .expect("valid test config")
-}
 
 /// A service on virtual time, with `shards` shards and `workers` workers (1 ms tick).
 fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
@@ -41,43 +30,9 @@ fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
     .expect("valid test config")
 }
 
-/// Runs `body` on its own thread; fails the test if it has not returned within `limit`
-/// (a hang), instead of hanging the suite. A panic in `body` fails the test too.
-fn within<T: Send + 'static>(limit: Duration, body: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(body());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not return within {limit:?}: hung"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the body panicked"),
-    }
-}
-
-/// Sets its flag when dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 fn flag() -> (Arc<AtomicBool>, DropFlag) {
     let flag = Arc::new(AtomicBool::new(false));
     (Arc::clone(&flag), DropFlag(flag))
-}
-
-/// Panics when dropped (outside an unwinding panic).
-struct PanicsOnDrop;
-
-impl Drop for PanicsOnDrop {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            panic!("hostile drop");
-        }
-    }
 }
 
 /// A counter and a factory of one-shot tasks that bump it.
