@@ -326,6 +326,17 @@ fn nanos(duration: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    /// A seeded stream of pseudo-random `u64`s (xorshift64).
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     #[test]
     fn deadlines_round_up_and_saturate() {
         let clock = Clock::new(Duration::from_millis(1));
@@ -347,13 +358,7 @@ mod tests {
 
     #[test]
     fn divisor_matches_hardware_division() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let divisors = [
             1,
             2,
@@ -415,13 +420,7 @@ mod tests {
     /// long path) both round up.
     #[test]
     fn the_counter_clocks_short_path_is_the_exact_ceiling() {
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         for tick in [
             counter::MIN_TICK,
             Duration::from_millis(1),
@@ -467,13 +466,7 @@ mod tests {
     /// and beyond it, at every tick, including the one nanosecond tick the short path refuses.
     #[test]
     fn a_deadline_at_an_instant_is_the_exact_ceiling() {
-        let mut x = 0x1234_5678_9ABC_DEF1u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x1234_5678_9ABC_DEF1u64);
         for tick in [
             Duration::from_nanos(1),
             Duration::from_micros(700),
