@@ -1,9 +1,22 @@
 //! [`TimerId`] and [`Unfired`]: what callers hold of a timer.
 
+use std::cell::Cell;
 use std::fmt;
 use std::time::Instant;
 
 use crate::task::Task;
+
+thread_local! {
+    /// Set while this thread runs a handed-back timer's task ([`Unfired::run`]).
+    static RUNNING_UNFIRED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is inside [`Unfired::run`]: a task that asks is running because
+/// its caller said so after a shutdown, not because the service reached its deadline.
+#[cfg(feature = "async")]
+pub(crate) fn running_unfired() -> bool {
+    RUNNING_UNFIRED.with(Cell::get)
+}
 
 /// Names one scheduled timer: the service that scheduled it, its shard, its slot in that
 /// shard's table, and the slot's generation when it was scheduled. 16 bytes, `Copy`.
@@ -85,8 +98,17 @@ pub struct Unfired {
 
 impl Unfired {
     /// Runs the callback now, on this thread (a repeating timer runs once, and its closure is
-    /// then dropped).
+    /// then dropped). The timer did not reach its deadline, so the futures of the `async`
+    /// feature whose timer this is resolve as abandoned, as when it is dropped, never early.
     pub fn run(self) {
+        /// Restores the flag as it was, also when the task panics (`run` may nest).
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                RUNNING_UNFIRED.with(|running| running.set(self.0));
+            }
+        }
+        let _restore = Restore(RUNNING_UNFIRED.with(|running| running.replace(true)));
         self.task.run();
     }
 }

@@ -15,9 +15,9 @@
 //!
 //! When the service cannot keep a timer, the future says so instead of hanging or firing early:
 //! a refused schedule (shut down, `max_pending`, a full ring) and a timer the service drops
-//! unrun (shutdown hands back [`Unfired`](crate::Unfired) timers; dropping them drops their
-//! callbacks) both resolve the [`Sleep`] to a [`TimerError`], and a [`Timeout`] to
-//! [`Elapsed::TimerFailed`].
+//! unrun (shutdown hands back [`Unfired`](crate::Unfired) timers; dropping or running them
+//! ends their callbacks without the deadline) both resolve the [`Sleep`] to a [`TimerError`],
+//! and a [`Timeout`] to [`Elapsed::TimerFailed`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +35,8 @@ pub enum TimerError {
     /// ([`ScheduleError::Saturated`], reported at once rather than waited out).
     #[error("the timer service refused the timer: {0}")]
     Refused(ScheduleError),
-    /// The service dropped the timer unrun (it was shut down before the deadline).
+    /// The service shut down before the deadline: its timer was dropped unrun, or run as a
+    /// handed-back [`Unfired`](crate::Unfired).
     #[error("the timer service dropped the timer unrun (it was shut down)")]
     Abandoned,
 }
@@ -102,13 +103,20 @@ impl Signal {
     }
 }
 
-/// The timer's callback. Run, it fires the signal; dropped unrun (by `cancel`, or by the
-/// service on shutdown), it abandons it, so a waiting task is never left hanging.
+/// The timer's callback. Run by the service, it fires the signal; dropped unrun (by `cancel`,
+/// or by the service on shutdown) or run by [`Unfired::run`](crate::Unfired::run) after a
+/// shutdown (before its deadline, as likely as not), it abandons it: a waiting task is never
+/// left hanging, and never woken early.
 struct Alarm(Arc<Signal>);
 
 impl Alarm {
     fn ring(self) {
-        self.0.settle(FIRED);
+        let outcome = if crate::timer::running_unfired() {
+            ABANDONED
+        } else {
+            FIRED
+        };
+        self.0.settle(outcome);
     }
 }
 
