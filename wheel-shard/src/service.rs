@@ -313,10 +313,15 @@ impl TimerService {
 
     /// Moves a pending timer's deadline to `delay` from now, earlier or later (for a repeating
     /// timer: its next run). `false` when it already fired, is running, was cancelled, or the
-    /// id is unknown (another service's, or its timer ended); then nothing changes. Postponing
-    /// costs no wake-up and no message: the timer's reference finds the new deadline when the
-    /// old one comes.
+    /// id is unknown (another service's, or its timer ended), or the service is shutting down
+    /// (its timers are on their way back); then nothing changes. Postponing costs no wake-up
+    /// and no message: the timer's reference finds the new deadline when the old one comes.
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
+        // A shutdown hands back what its tick threads and notices hold while moves keep
+        // coming: refusing them once it has begun keeps that work finite.
+        if self.core().closed.load(Ordering::Acquire) {
+            return false;
+        }
         let Some((shard, record)) = self.locate(id) else {
             return false;
         };
@@ -390,9 +395,12 @@ impl TimerService {
         }
     }
 
-    /// Stops the service: no new timers (`schedule` → [`ScheduleError::Shutdown`]), tick threads
-    /// stop, tasks already handed to the executor run to completion (including one running now),
-    /// and every timer that had not fired comes back. Idempotent: later calls return nothing.
+    /// Stops the service: no new timers (`schedule` → [`ScheduleError::Shutdown`]) and no more
+    /// moves (`reschedule` → `false`), tick threads stop, tasks already handed to the executor
+    /// run to completion (including one running now), and every timer that had not fired comes
+    /// back. Its last step reads every record the service ever used, so it takes a moment
+    /// proportional to the most timers ever pending at once. Idempotent: later calls return
+    /// nothing.
     ///
     /// Safe from any thread, concurrently with other calls, and from inside a callback:
     /// - The first call does the work and returns what had not fired. A later or concurrent
@@ -401,8 +409,7 @@ impl TimerService {
     /// - Called from a callback (or a task's `Drop` on a service thread), it cannot wait for
     ///   its own thread: it waits for every other thread of the service, hands back every
     ///   unfired timer but the one whose callback is running (those handed to its worker and
-    ///   not started too, found by a pass over every record in use), and returns while that
-    ///   callback still runs. A repeating timer whose callback called it is not re-armed: its task is
+    ///   not started too), and returns while that callback still runs. A repeating timer whose callback called it is not re-armed: its task is
     ///   dropped when the run returns (so a service handle it holds is released). A concurrent
     ///   call from a callback, while another shutdown is under way, returns at once.
     pub fn shutdown(&self) -> Vec<Unfired> {
@@ -467,11 +474,11 @@ impl Handle {
                 unfired.extend(hand_back(core, shard, notice.placement().reference()));
             }
         }
-        if core.is_own_thread() {
-            // The calling thread was not joined: what only it holds comes back by its records.
-            for shard in core.shards.iter() {
-                unfired.extend(hand_back_pending(core, shard));
-            }
+        // Last, by the records: what no joined thread held — the references of the calling
+        // thread's batch (a shutdown from a callback), and a timer moved earlier by a
+        // `reschedule` that began before the shutdown and sent its notice after the drain above.
+        for shard in core.shards.iter() {
+            unfired.extend(hand_back_pending(core, shard));
         }
         core.collected.store(true, Ordering::SeqCst);
         unfired

@@ -431,11 +431,12 @@ pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<U
     Some(unfired(core, shard, timer.slot, taken))
 }
 
-/// At a shutdown called from one of the service's own threads: every timer still pending in
-/// `shard`'s table, found by its record. That thread cannot be joined, so references only it
-/// holds (a worker's batch in hand, whose postponed timers it would send to a wheel no one
-/// reads any more) are not handed back otherwise. Reads every record ever used, so it is kept
-/// to that case.
+/// The last step of a shutdown: every timer still pending in `shard`'s table, found by its
+/// record rather than by a reference. It catches what no joined thread held: a shutdown called
+/// from a callback cannot join its own worker, whose batch in hand holds references (its
+/// postponed timers would go to a wheel no one reads any more), and a `reschedule` that began
+/// before the shutdown may send its notice after the notices were drained. Reads every record
+/// ever used.
 pub(crate) fn hand_back_pending(core: &Core, shard: &Shard) -> Vec<Unfired> {
     (0..shard.table.high_water())
         .filter_map(|slot| {
