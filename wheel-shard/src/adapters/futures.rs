@@ -6,6 +6,10 @@
 //! behind the `async` feature (`tokio` is its old name, kept as an alias), which pulls in no
 //! dependency.
 //!
+//! A timer callback that blocks its thread until a `Sleep` of the same service completes
+//! (a `block_on` inside the callback) holds a worker meanwhile: the sleep's own timer needs
+//! another worker free to run it, so with `executor_threads = 1` it never completes.
+//!
 //! Nothing here blocks the calling thread. The callers are async tasks, and a runtime thread
 //! that waits inside `schedule` for room in a full ring (up to
 //! [`Config::saturation_timeout`](crate::Config::saturation_timeout)) stalls every other task
@@ -179,7 +183,8 @@ impl std::fmt::Debug for Sleep {
 }
 
 /// A future that runs `F` to completion unless its deadline passes first. If both are ready
-/// at the same poll, the future's output wins. The inner future is boxed so that `F` need not
+/// at the same poll, the future's output wins (its timer then counts as fired). Like any
+/// future, it is not to be polled again once it has completed: it would poll `F` again. The inner future is boxed so that `F` need not
 /// be `Unpin` (this crate has no `unsafe` and no pin-projection dependency).
 #[must_use = "a Timeout does nothing unless awaited"]
 pub struct Timeout<F> {
