@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use wheel_shard::{Config, TimerService};
+use wheel_shard::{Config, ManualClock, TimerService};
 
 /// A small service for tests: two shards, two workers, 1 ms tick, pinning off.
 pub fn service() -> TimerService {
@@ -148,4 +148,21 @@ impl Drop for PanicsOnDrop {
             panic!("hostile drop");
         }
     }
+}
+
+/// A service on virtual time with `shards` shards and `workers` workers (1 ms tick).
+pub fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
+    TimerService::with_manual_clock(Config {
+        shards,
+        executor_threads: workers,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .expect("valid test config")
+}
+
+/// A flag and the [`DropFlag`] that sets it.
+pub fn flag() -> (Arc<AtomicBool>, DropFlag) {
+    let flag = Arc::new(AtomicBool::new(false));
+    (Arc::clone(&flag), DropFlag(flag))
 }

@@ -35,19 +35,8 @@ mod adapter {
     use std::task::{Context, Poll, Wake, Waker};
     use std::thread::{self, Thread};
 
-    use common::{eventually, DropFlag};
+    use common::{eventually, flag, manual};
     use wheel_shard::{Elapsed, ManualClock, Sleep, TimerError};
-
-    /// A service on virtual time, with `shards` shards and `workers` workers (1 ms tick).
-    fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
-        TimerService::with_manual_clock(Config {
-            shards,
-            executor_threads: workers,
-            pin_threads: false,
-            ..Config::default()
-        })
-        .expect("valid test config")
-    }
 
     /// Late enough to call a wake-up lost on a loaded 2-core machine.
     const LOST_WAKEUP: Duration = Duration::from_secs(3);
@@ -342,10 +331,7 @@ mod adapter {
     fn the_last_handle_goes_with_a_sleep_dropped_inside_a_callback() {
         within(SOON, || {
             let timers = common::service();
-            let (other_dropped, flag) = {
-                let flag = Arc::new(AtomicBool::new(false));
-                (Arc::clone(&flag), DropFlag(flag))
-            };
+            let (other_dropped, flag) = flag();
             timers
                 .schedule(Duration::from_secs(60), move || drop(flag))
                 .unwrap();
@@ -456,10 +442,7 @@ mod adapter {
 
         within(SOON, || {
             let timers = common::service();
-            let (other_dropped, flag) = {
-                let flag = Arc::new(AtomicBool::new(false));
-                (Arc::clone(&flag), DropFlag(flag))
-            };
+            let (other_dropped, flag) = flag();
             timers
                 .schedule(Duration::from_secs(60), move || drop(flag))
                 .unwrap();

@@ -16,24 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{eventually, single, within, DropFlag, PanicsOnDrop, SOON};
-use wheel_shard::{limits, Config, ManualClock, ScheduleError, TimerId, TimerService};
-
-/// A service on virtual time, with `shards` shards and `workers` workers (1 ms tick).
-fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
-    TimerService::with_manual_clock(Config {
-        shards,
-        executor_threads: workers,
-        pin_threads: false,
-        ..Config::default()
-    })
-    .expect("valid test config")
-}
-
-fn flag() -> (Arc<AtomicBool>, DropFlag) {
-    let flag = Arc::new(AtomicBool::new(false));
-    (Arc::clone(&flag), DropFlag(flag))
-}
+use common::{eventually, flag, manual, single, within, PanicsOnDrop, SOON};
+use wheel_shard::{limits, Config, ScheduleError, TimerId, TimerService};
 
 /// A counter and a factory of one-shot tasks that bump it.
 fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
