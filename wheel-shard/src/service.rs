@@ -14,7 +14,7 @@ use crate::runtime::core::Core;
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::pinning;
 use crate::runtime::priority;
-use crate::runtime::tick::{hand_back, hand_back_pending, ShardTick};
+use crate::runtime::tick::{hand_back_pending, ShardTick};
 use crate::runtime::tick_thread::TickThread;
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
@@ -409,9 +409,10 @@ impl TimerService {
     /// - Called from a callback (or a task's `Drop` on a service thread), it cannot wait for
     ///   its own thread: it waits for every other thread of the service, hands back every
     ///   unfired timer but the one whose callback is running (those handed to its worker and
-    ///   not started too), and returns while that callback still runs. A repeating timer whose callback called it is not re-armed: its task is
-    ///   dropped when the run returns (so a service handle it holds is released). A concurrent
-    ///   call from a callback, while another shutdown is under way, returns at once.
+    ///   not started too), and returns while that callback still runs. A repeating timer whose
+    ///   callback called it is not re-armed: its task is dropped when the run returns (so a
+    ///   service handle it holds is released). A concurrent call from a callback, while another
+    ///   shutdown is under way, returns at once.
     pub fn shutdown(&self) -> Vec<Unfired> {
         self.handle.shutdown()
     }
@@ -467,16 +468,11 @@ impl Handle {
         for worker in threads.workers {
             join_unless_current(worker);
         }
-        // References placed after their tick thread stopped (a repeating timer re-armed, a
-        // postponed one found by a worker, one moved earlier) come back here.
-        for shard in core.shards.iter() {
-            while let Some(notice) = shard.notices.steal().success() {
-                unfired.extend(hand_back(core, shard, notice.placement().reference()));
-            }
-        }
-        // Last, by the records: what no joined thread held — the references of the calling
-        // thread's batch (a shutdown from a callback), and a timer moved earlier by a
-        // `reschedule` that began before the shutdown and sent its notice after the drain above.
+        // Last, by the records: what no joined thread held. That is every reference placed
+        // after its tick thread stopped (a repeating timer re-armed, a postponed one found by a
+        // worker, one moved earlier: their notices are never read now), the references of the
+        // calling thread's batch (a shutdown from a callback), and a timer moved earlier by a
+        // `reschedule` that began before the shutdown and sends its notice late.
         for shard in core.shards.iter() {
             unfired.extend(hand_back_pending(core, shard));
         }

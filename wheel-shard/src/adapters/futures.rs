@@ -184,8 +184,9 @@ impl std::fmt::Debug for Sleep {
 
 /// A future that runs `F` to completion unless its deadline passes first. If both are ready
 /// at the same poll, the future's output wins (its timer then counts as fired). Like any
-/// future, it is not to be polled again once it has completed: it would poll `F` again. The inner future is boxed so that `F` need not
-/// be `Unpin` (this crate has no `unsafe` and no pin-projection dependency).
+/// future, it is not to be polled again once it has completed: it would poll `F` again. The
+/// inner future is boxed so that `F` need not be `Unpin` (this crate has no `unsafe` and no
+/// pin-projection dependency).
 #[must_use = "a Timeout does nothing unless awaited"]
 pub struct Timeout<F> {
     future: Pin<Box<F>>,

@@ -425,7 +425,7 @@ fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
 
 /// Takes one reference back at shutdown: the timer it names if it is live (its record is
 /// retired and its task comes back), `None` if the reference is stale.
-pub(crate) fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<Unfired> {
+fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<Unfired> {
     let record = shard.table.record(timer.slot)?;
     let taken = record.hand_back(timer.ticket)?;
     Some(unfired(core, shard, timer.slot, taken))

@@ -77,13 +77,6 @@ pub(crate) struct Placement {
     pub(crate) slot: u32,
 }
 
-impl Placement {
-    /// The reference this places, as the wheel would hand it out.
-    pub(crate) fn reference(&self) -> TimerRef {
-        TimerRef::due_at(self.slot, self.deadline)
-    }
-}
-
 /// Work for the tick thread that does not go through the ring.
 pub(crate) enum Notice {
     /// Place a new reference: a timer found postponed when its old deadline came, or
