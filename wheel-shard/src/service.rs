@@ -11,10 +11,11 @@ use crate::contain::drop_contained;
 use crate::error::{ConfigError, ScheduleError};
 use crate::executor::Run;
 use crate::runtime::core::Core;
+use crate::runtime::hand_back::hand_back_pending;
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::pinning;
 use crate::runtime::priority;
-use crate::runtime::tick::{hand_back_pending, ShardTick};
+use crate::runtime::tick::ShardTick;
 use crate::runtime::tick_thread::TickThread;
 use crate::runtime::worker;
 use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
@@ -58,7 +59,7 @@ struct Handle {
 }
 
 struct Threads {
-    ticks: Vec<JoinHandle<Vec<Unfired>>>,
+    ticks: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -349,15 +350,7 @@ impl TimerService {
     /// Timers scheduled and not yet fired (a repeating one: not yet ended), cancelled or
     /// handed back.
     pub fn pending(&self) -> usize {
-        let core = self.core();
-        let scheduled: u64 = core.shards.iter().map(|s| s.pushed()).sum();
-        let cancelled: u64 = core
-            .shards
-            .iter()
-            .map(|s| s.cancelled.load(Ordering::Relaxed))
-            .sum();
-        let ended = core.executor.ended() + core.handed_back.load(Ordering::Relaxed);
-        scheduled.saturating_sub(cancelled + ended) as usize
+        self.core().pending()
     }
 
     /// A snapshot of the counters and the lateness distribution.
@@ -458,23 +451,18 @@ impl Handle {
             shard.stop.store(true, Ordering::SeqCst);
             shard.wake();
         }
-        let mut unfired: Vec<Unfired> = threads
-            .ticks
-            .into_iter()
-            .filter_map(join_unless_current)
-            .flatten()
-            .collect();
+        for tick in threads.ticks {
+            join_unless_current(tick);
+        }
         core.executor.stop();
         for worker in threads.workers {
             join_unless_current(worker);
         }
-        // Last, by the records: what no joined thread held. That is every reference placed
-        // after its tick thread stopped (a repeating timer re-armed, a postponed one found by a
-        // worker, one moved earlier: their notices are never read now), the references of the
-        // calling thread's batch (a shutdown from a callback), and a timer moved earlier by a
-        // `reschedule` that began before the shutdown and sends its notice late.
+        // Last, by the records: every timer still pending, wherever its references are (see
+        // `runtime/hand_back.rs`).
+        let mut unfired = Vec::with_capacity(core.pending());
         for shard in core.shards.iter() {
-            unfired.extend(hand_back_pending(core, shard));
+            hand_back_pending(core, shard, &mut unfired);
         }
         core.collected.store(true, Ordering::SeqCst);
         unfired

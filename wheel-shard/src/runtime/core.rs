@@ -110,8 +110,13 @@ impl PendingLimit {
 
     /// Gives back the place of a timer that ended.
     pub(crate) fn release(&self) {
-        if self.limit.is_some() {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+        self.release_many(1);
+    }
+
+    /// Gives back the places of `timers` timers that ended.
+    pub(crate) fn release_many(&self, timers: usize) {
+        if self.limit.is_some() && timers > 0 {
+            self.count.fetch_sub(timers, Ordering::AcqRel);
         }
     }
 }
@@ -195,6 +200,18 @@ impl Core {
     /// waking another for a new chore would only wake one that finds the chore taken.
     pub(crate) fn preparing_memory(&self) -> bool {
         self.preparing.load(Ordering::Relaxed)
+    }
+
+    /// Timers scheduled and not yet ended (`TimerService::pending`).
+    pub(crate) fn pending(&self) -> usize {
+        let scheduled: u64 = self.shards.iter().map(|s| s.pushed()).sum();
+        let cancelled: u64 = self
+            .shards
+            .iter()
+            .map(|s| s.cancelled.load(Ordering::Relaxed))
+            .sum();
+        let ended = self.executor.ended() + self.handed_back.load(Ordering::Relaxed);
+        scheduled.saturating_sub(cancelled + ended) as usize
     }
 
     /// Runs the tick threads handed to the executor, all shards together.

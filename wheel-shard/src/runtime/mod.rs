@@ -3,6 +3,7 @@
 //! virtual time.
 
 pub(crate) mod core;
+pub(crate) mod hand_back;
 pub(crate) mod manual_clock;
 pub(crate) mod pinning;
 pub(crate) mod priority;

@@ -24,8 +24,6 @@ use crate::shard::{
     ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
     PREFAULT_AHEAD_BYTES,
 };
-use crate::task::Task;
-use crate::timer::{TimerId, Unfired};
 
 /// Due references handed out per pass of the loop (each pass also drains the ring).
 const EXPIRE_BATCH: usize = 8192;
@@ -366,24 +364,6 @@ impl<'a> ShardTick<'a> {
         }
         handed
     }
-
-    /// At shutdown: every live timer still in the ring, the notices and the wheel comes back
-    /// as [`Unfired`]; stale references are dropped.
-    pub(crate) fn hand_back(mut self) -> Vec<Unfired> {
-        let shard = self.shard;
-        shard.drain_closed_rings(|placement| self.place(placement));
-        self.apply_notices();
-        let mut unfired = Vec::with_capacity(self.wheel.len());
-        let timers: Vec<TimerRef> = self
-            .wheel
-            .drain()
-            .map(|entry| TimerRef::due_at(entry.value, entry.deadline))
-            .collect();
-        for timer in timers {
-            unfired.extend(hand_back(self.core, shard, timer));
-        }
-        unfired
-    }
 }
 
 impl Drop for ShardTick<'_> {
@@ -423,51 +403,12 @@ fn wake_tick(next: Option<u64>, now: u64, busy: bool, next_tick: bool) -> u64 {
     wake
 }
 
-/// Takes one reference back at shutdown: the timer it names if it is live (its record is
-/// retired and its task comes back), `None` if the reference is stale.
-fn hand_back(core: &Core, shard: &Shard, timer: TimerRef) -> Option<Unfired> {
-    let record = shard.table.record(timer.slot)?;
-    let taken = record.hand_back(timer.ticket)?;
-    Some(unfired(core, shard, timer.slot, taken))
-}
-
-/// The last step of a shutdown: every timer still pending in `shard`'s table, found by its
-/// record rather than by a reference. It catches what no joined thread held: a shutdown called
-/// from a callback cannot join its own worker, whose batch in hand holds references (its
-/// postponed timers would go to a wheel no one reads any more), and a `reschedule` that began
-/// before the shutdown may send its notice after the notices were drained. Reads every record
-/// ever used.
-pub(crate) fn hand_back_pending(core: &Core, shard: &Shard) -> Vec<Unfired> {
-    (0..shard.table.high_water())
-        .filter_map(|slot| {
-            let taken = shard.table.record(slot)?.hand_back_pending()?;
-            Some(unfired(core, shard, slot, taken))
-        })
-        .collect()
-}
-
-/// A timer taken back from the record at `slot`, its (generation, deadline, task): the slot
-/// and its `max_pending` place go back, and it is counted as handed back.
-fn unfired(
-    core: &Core,
-    shard: &Shard,
-    slot: u32,
-    (gen, deadline, task): (u64, u64, Task),
-) -> Unfired {
-    shard.table.release(slot);
-    core.handed_back.fetch_add(1, Ordering::Relaxed);
-    core.limit.release();
-    Unfired {
-        id: TimerId::new(core.tag, shard.index, slot, gen),
-        deadline: core.clock.instant(deadline),
-        task,
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::runtime::hand_back::hand_back_pending;
     use crate::shard::{Cancelled, URGENT_BACKLOG, URGENT_CAPACITY};
+    use crate::task::Task;
     use crate::Config;
 
     fn core() -> Core {
@@ -584,8 +525,10 @@ mod tests {
         push(shard, 60);
         assert_eq!(shard.urgent.len(), 1);
         shard.close_rings();
-        let deadlines: Vec<_> = tick
-            .hand_back()
+        drop(tick);
+        let mut unfired = Vec::new();
+        hand_back_pending(&core, shard, &mut unfired);
+        let deadlines: Vec<_> = unfired
             .iter()
             .map(|unfired| core.clock.deadline_at(unfired.deadline))
             .collect();
@@ -623,7 +566,9 @@ mod tests {
         }
         assert!(passes >= 2, "a sweep goes a bounded batch per pass");
         assert_eq!(tick.wheel.len(), n / 3, "exactly the stale references went");
-        let unfired = tick.hand_back();
+        drop(tick);
+        let mut unfired = Vec::new();
+        hand_back_pending(&core, shard, &mut unfired);
         assert_eq!(unfired.len(), n / 3, "the live timers are all still there");
     }
 }

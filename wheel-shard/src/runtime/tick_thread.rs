@@ -35,7 +35,6 @@ use crate::runtime::core::Core;
 use crate::runtime::rouse::Rouser;
 use crate::runtime::tick::{Intake, ShardTick};
 use crate::shard::{ShardWheel, IDLE};
-use crate::timer::Unfired;
 
 /// A tick thread's state: the shards it drives, and its side of waking workers.
 pub(crate) struct TickThread<'a> {
@@ -70,9 +69,11 @@ impl<'a> TickThread<'a> {
         }
     }
 
-    /// Runs until every shard it drives is stopped, then hands back every timer of theirs that
-    /// had not fired.
-    pub(crate) fn run(mut self) -> Vec<Unfired> {
+    /// Runs until every shard it drives is stopped. Its wheels then go without a look at their
+    /// references: the shutdown's pass over the records (`tick::hand_back_pending`) takes back
+    /// every timer still pending, in address order, where a walk of the wheels would miss the
+    /// cache on every record.
+    pub(crate) fn run(mut self) {
         let core = self.core;
         let manual = core.clock.is_manual();
         loop {
@@ -133,10 +134,6 @@ impl<'a> TickThread<'a> {
             }
             self.sleep(now, wake);
         }
-        self.shards
-            .into_iter()
-            .flat_map(ShardTick::hand_back)
-            .collect()
     }
 
     fn all_stopped(&self) -> bool {

@@ -273,12 +273,6 @@ impl Shard {
         self.ring.close();
     }
 
-    /// Tick thread, after [`Shard::close_rings`]: takes every new timer still queued.
-    pub(crate) fn drain_closed_rings(&self, mut take: impl FnMut(Placement)) {
-        self.urgent.drain_closed(&mut take);
-        self.ring.drain_closed(take);
-    }
-
     /// Every new timer ever queued.
     pub(crate) fn pushed(&self) -> u64 {
         self.urgent.pushed() + self.ring.pushed()

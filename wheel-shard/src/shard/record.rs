@@ -8,7 +8,7 @@
 //!    │ cancel() (takes the task)  │  │  │  ╲───────────────▶ RUNNING ── finish_run ──▶ SCHEDULED
 //!    └────────────────────────────┘  │  │                      │ cancel(): the run is the last
 //!         reschedule(): LOCKED bit ──┘  │                      ▼
-//!                                       └─ hand_back()      CANCELLED ── finish_run ──▶ retired
+//!                                       └─ shutdown's pass  CANCELLED ── finish_run ──▶ retired
 //! ```
 //!
 //! Ground rules:
@@ -419,15 +419,8 @@ impl Record {
         self.lock_if(|word| names(word, ticket))
     }
 
-    /// At shutdown, with a reference of ticket `ticket`: the live timer it names, taken out
-    /// and retired — its generation, deadline and task — or `None` for a stale reference.
-    pub(crate) fn hand_back(&self, ticket: Ticket) -> Option<(u64, u64, Task)> {
-        let word = self.lock_live(ticket)?;
-        Some(self.take_back(word))
-    }
-
     /// At shutdown, without a reference: the timer pending in this record, taken out and
-    /// retired as [`Record::hand_back`] does, or `None` when it holds none pending.
+    /// retired — its generation, deadline and task — or `None` when it holds none pending.
     pub(crate) fn hand_back_pending(&self) -> Option<(u64, u64, Task)> {
         let word = self.lock_if(|word| word & STATE == SCHEDULED)?;
         Some(self.take_back(word))
@@ -588,7 +581,7 @@ mod tests {
         drop(task);
         assert!(matches!(record.cancel(gen), Cancelled::No));
         assert!(matches!(record.claim(ticket, 10), Claim::Stale));
-        assert!(record.hand_back(ticket).is_none());
+        assert!(record.hand_back_pending().is_none());
         assert_eq!(runs.load(O::SeqCst), 0);
         assert_eq!(record.generation(), gen + 1);
     }
@@ -645,7 +638,7 @@ mod tests {
     }
 
     #[test]
-    fn withdraw_and_hand_back() {
+    fn withdraw_then_hand_back() {
         let record = Record::new();
         let (_, task) = counter();
         let (gen, _) = record.arm(10, task);
@@ -654,9 +647,10 @@ mod tests {
         let (_, task) = counter();
         let (again, ticket) = record.arm(7, task);
         assert_eq!(again, gen);
-        assert!(record.hand_back(ticket_of(10)).is_none(), "stale");
-        let (handed, deadline, _task) = record.hand_back(ticket).expect("live");
+        assert!(matches!(record.claim(ticket_of(10), 10), Claim::Stale));
+        let (handed, deadline, _task) = record.hand_back_pending().expect("live");
         assert_eq!((handed, deadline), (gen, 7));
+        assert!(matches!(record.claim(ticket, 7), Claim::Stale), "retired");
         assert_eq!(record.generation(), gen + 1);
     }
 
@@ -837,8 +831,8 @@ mod loom_models {
         });
     }
 
-    /// Shutdown's hand-back races a re-arm after a run and a cancel: the timer ends exactly
-    /// once, handed back live only when the cancel lost.
+    /// Shutdown's pass over the records, after the worker's re-arm, races a cancel: the timer
+    /// ends exactly once, handed back live only when the cancel lost.
     #[test]
     fn shutdown_versus_rearm_and_cancel() {
         loom::model(|| {
@@ -855,8 +849,12 @@ mod loom_models {
                 thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
             };
             let rearmed = worker.join().unwrap();
-            let handed = rearmed.and_then(|ticket| record.hand_back(ticket));
+            let handed = record.hand_back_pending();
             let cancelled = canceller.join().unwrap();
+            assert!(
+                rearmed.is_some() || handed.is_none(),
+                "nothing pending to take"
+            );
             assert!(
                 handed.is_some() != cancelled,
                 "handed back live and cancelled, or neither"
