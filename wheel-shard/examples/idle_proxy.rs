@@ -28,8 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Parser;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -39,15 +38,21 @@ use wheel_shard::{Config, ConfigError, ScheduleError, Stats, TimerId, TimerServi
 const HOSTILE_CLIENTS: &str = "\
 Hostile clients:
   Slowloris (a request sent a byte at a time, or never finished): --request-timeout closes
-    the client that long after its oldest unanswered byte, however many bytes trickle in after
-    it. Without it, only --idle applies, and a client sending a byte now and then stays open.
+    the client that long after the first byte it sent since upstream last sent anything,
+    however many bytes trickle in after it. The proxy does not parse requests, so upstream's
+    bytes count as the answer to everything sent before them: a partial request sent in the
+    same burst as a complete one is left to --idle once the complete one is answered.
+    Without --request-timeout, only --idle applies, and a client sending a byte now and then
+    stays open.
   Descriptor floods: each connection holds two descriptors (client and upstream).
     --max-connections caps open connections; one beyond it is closed at once and counted as
     refused. Keep 2 x max-connections below the open-file limit (ulimit -n). If descriptors
     still run out, accept backs off 50 ms per failure instead of spinning.
   Slow readers: a write to the client that makes progress, however slowly, is activity; one
     that makes none for --idle is closed. --client-send-buffer keeps the kernel's buffer small,
-    so a slow reader's progress shows every few KiB and it cannot pin megabytes of memory.";
+    so a slow reader's progress shows every few KiB, and --relay-buffer caps the buffers on the
+    way to it (the client's receive side, both of upstream's), so a client that writes without
+    reading cannot pin megabytes of kernel memory either.";
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -80,6 +85,12 @@ pub struct Args {
     /// round trips (a connection sends about twice this per round trip).
     #[arg(long, default_value_t = DEFAULT_CLIENT_SEND_BUFFER)]
     pub client_send_buffer: u32,
+    /// Receive buffer of client sockets and send and receive buffers of upstream sockets, in
+    /// bytes; 0 leaves them to the kernel's autotuning (up to megabytes each). Bounds what a
+    /// client that writes without reading pins in the proxy's kernel memory; a bulk transfer
+    /// then moves at most about this much per round trip.
+    #[arg(long, default_value_t = DEFAULT_RELAY_BUFFER)]
+    pub relay_buffer: u32,
     /// Timer service config (TOML); `WHEEL_*` environment variables override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -117,6 +128,11 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// grows to megabytes and a client reading a few KiB a second shows no progress for minutes.
 pub const DEFAULT_CLIENT_SEND_BUFFER: u32 = 8 * 1024;
 
+/// `--relay-buffer` unless given: Linux doubles it for its own bookkeeping, so a stalled
+/// connection holds at most about 3 × 128 KiB in these buffers (the client's send buffer
+/// apart), and a transfer over a 1 ms round trip still moves 64 MB/s.
+pub const DEFAULT_RELAY_BUFFER: u32 = 64 * 1024;
+
 /// The proxy's timing rules, connection limit and client socket buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -128,6 +144,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// SO_SNDBUF of client sockets; `None` leaves it to the kernel.
     pub client_send_buffer: Option<u32>,
+    /// SO_RCVBUF of client sockets, SO_SNDBUF and SO_RCVBUF of upstream sockets; `None` leaves
+    /// them to the kernel.
+    pub relay_buffer: Option<u32>,
 }
 
 impl Limits {
@@ -138,6 +157,7 @@ impl Limits {
             request_timeout: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             client_send_buffer: Some(DEFAULT_CLIENT_SEND_BUFFER),
+            relay_buffer: Some(DEFAULT_RELAY_BUFFER),
         }
     }
 }
@@ -158,6 +178,8 @@ pub struct Counters {
     pub closed_normally: AtomicU64,
     /// Refused for want of a timer, or ended by an I/O error.
     pub failed: AtomicU64,
+    /// Cut when [`Proxy::run_until`] stopped (or its task was dropped) while they were open.
+    pub closed_by_stop: AtomicU64,
     /// Connections being served now (a gauge, not a count of events).
     pub open: AtomicU64,
     /// `accept` calls that failed (out of descriptors, say); each one backs off.
@@ -289,8 +311,8 @@ enum Direction {
 /// is activity. Touching only once a whole buffer is written would close a slow but steady
 /// reader as idle.
 async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
     conn: &ConnTimers,
     direction: Direction,
 ) -> io::Result<()> {
@@ -317,14 +339,15 @@ async fn pump(
     }
 }
 
-/// Connects upstream and relays both directions until both have ended.
-async fn relay(client: TcpStream, upstream: SocketAddr, conn: &ConnTimers) -> io::Result<()> {
-    let upstream = TcpStream::connect(upstream).await?;
+/// Connects upstream and relays both directions until both have ended. The client socket is
+/// borrowed: it closes only when [`serve`] drops it, after the connection is counted.
+async fn relay(client: &mut TcpStream, shared: &Shared, conn: &ConnTimers) -> io::Result<()> {
+    let mut upstream = connect_upstream(shared.upstream, shared.limits.relay_buffer).await?;
     // Request/response traffic: Nagle would hold back small replies.
     client.set_nodelay(true)?;
     upstream.set_nodelay(true)?;
-    let (client_read, client_write) = client.into_split();
-    let (upstream_read, upstream_write) = upstream.into_split();
+    let (client_read, client_write) = client.split();
+    let (upstream_read, upstream_write) = upstream.split();
     tokio::try_join!(
         pump(
             client_read,
@@ -342,20 +365,53 @@ async fn relay(client: TcpStream, upstream: SocketAddr, conn: &ConnTimers) -> io
     Ok(())
 }
 
-/// Counts a connection as open from the accept until its task ends, however it ends (an
-/// aborted task drops it too).
-struct OpenConnection(Arc<Counters>);
+/// A connection to upstream, its buffers capped to `buffer` bytes (set before the connect, as
+/// the receive buffer sets the window the handshake offers).
+async fn connect_upstream(addr: SocketAddr, buffer: Option<u32>) -> io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(bytes) = buffer {
+        socket.set_send_buffer_size(bytes)?;
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    socket.connect(addr).await
+}
+
+/// A connection's place under `max_connections`, counted in `open` from the accept until
+/// [`OpenConnection::close`] counts how it ended. Dropped without that (its task aborted
+/// when the proxy stops), it counts the connection as cut by the stop.
+struct OpenConnection {
+    counters: Arc<Counters>,
+    counted: bool,
+}
 
 impl OpenConnection {
     fn new(counters: &Arc<Counters>) -> OpenConnection {
         counters.open.fetch_add(1, Ordering::Relaxed);
-        OpenConnection(Arc::clone(counters))
+        OpenConnection {
+            counters: Arc::clone(counters),
+            counted: false,
+        }
+    }
+
+    /// Counts the connection in `how` and gives its place back. Called before its sockets
+    /// close, so a client that sees the close finds it counted and, reconnecting at once,
+    /// its place free.
+    fn close(mut self, how: &AtomicU64) {
+        how.fetch_add(1, Ordering::Relaxed);
+        self.counted = true;
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        if !self.counted {
+            self.counters.closed_by_stop.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -367,12 +423,13 @@ struct Shared {
     counters: Arc<Counters>,
 }
 
-/// One connection, from accept to close. Sockets close when `relay` is dropped, at the end,
-/// after the close is counted: whoever sees the connection closed sees it counted.
-async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>, _open: OpenConnection) {
+/// One connection, from accept to close. Its sockets close at the end, when `relay` (with
+/// the upstream socket) and then the client socket are dropped, after `open.close` counted
+/// the connection and gave its place back.
+async fn serve(mut client: TcpStream, conn: ConnTimers, shared: Arc<Shared>, open: OpenConnection) {
     let counters = &shared.counters;
     let alarm = Arc::clone(&conn.alarm);
-    let relay = relay(client, shared.upstream, &conn);
+    let relay = relay(&mut client, &shared, &conn);
     tokio::pin!(relay);
     let counter = tokio::select! {
         reason = alarm.raised() => match reason {
@@ -387,7 +444,7 @@ async fn serve(client: TcpStream, conn: ConnTimers, shared: Arc<Shared>, _open: 
             }
         },
     };
-    counter.fetch_add(1, Ordering::Relaxed);
+    open.close(counter);
 }
 
 /// A bound proxy, ready to run.
@@ -414,11 +471,10 @@ impl Proxy {
         limits: Limits,
         timers: TimerService,
     ) -> Result<Proxy, StartError> {
-        let listener =
-            listen_on(listen, limits.client_send_buffer).map_err(|source| StartError::Listen {
-                addr: listen,
-                source,
-            })?;
+        let listener = listen_on(listen, &limits).map_err(|source| StartError::Listen {
+            addr: listen,
+            source,
+        })?;
         check_upstream(&timers, upstream).await?;
         let shared = Shared {
             timers,
@@ -511,7 +567,7 @@ impl Proxy {
     }
 }
 
-fn listen_on(addr: SocketAddr, send_buffer: Option<u32>) -> io::Result<TcpListener> {
+fn listen_on(addr: SocketAddr, limits: &Limits) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -519,9 +575,13 @@ fn listen_on(addr: SocketAddr, send_buffer: Option<u32>) -> io::Result<TcpListen
     };
     // Lets a restarted proxy bind over TIME_WAIT sockets; a live listener still makes it fail.
     socket.set_reuseaddr(true)?;
-    // Accepted sockets inherit it (see `Args::client_send_buffer`).
-    if let Some(bytes) = send_buffer {
+    // Accepted sockets inherit both (see `Args::client_send_buffer`, `Args::relay_buffer`);
+    // the receive buffer is set before `listen`, as it sets the window the handshake offers.
+    if let Some(bytes) = limits.client_send_buffer {
         socket.set_send_buffer_size(bytes)?;
+    }
+    if let Some(bytes) = limits.relay_buffer {
+        socket.set_recv_buffer_size(bytes)?;
     }
     socket.bind(addr)?;
     socket.listen(BACKLOG)
@@ -560,14 +620,15 @@ pub fn print_report(report: &Report) {
     let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
         "connections: accepted {}, refused over max-connections {}, closed idle {}, \
-         closed on request timeout {}, closed by a peer {}, failed {}, still open {}, \
-         accept errors {}",
+         closed on request timeout {}, closed by a peer {}, failed {}, cut by the stop {}, \
+         still open {}, accept errors {}",
         count(&counters.accepted),
         count(&counters.refused),
         count(&counters.closed_idle),
         count(&counters.closed_request_timeout),
         count(&counters.closed_normally),
         count(&counters.failed),
+        count(&counters.closed_by_stop),
         count(&counters.open),
         count(&counters.accept_errors),
     );
@@ -589,6 +650,7 @@ async fn run(args: Args) -> Result<(), StartError> {
         request_timeout: args.request_timeout,
         max_connections: args.max_connections,
         client_send_buffer: Some(args.client_send_buffer).filter(|&bytes| bytes > 0),
+        relay_buffer: Some(args.relay_buffer).filter(|&bytes| bytes > 0),
     };
     let proxy = Proxy::bind(args.listen, args.upstream, limits, timers).await?;
     let local = proxy.local_addr().map_err(|source| StartError::Listen {
