@@ -33,7 +33,8 @@ pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
             times(
                 shards,
                 (PendingRing::<Placement>::bytes_for(config.ring_capacity)
-                    + PendingRing::<Placement>::bytes_for(URGENT_CAPACITY)) as u64,
+                    .saturating_add(PendingRing::<Placement>::bytes_for(URGENT_CAPACITY)))
+                    as u64,
             ),
         ),
         (

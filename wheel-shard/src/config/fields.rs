@@ -41,9 +41,9 @@ pub const FIELDS: &[Field] = &[
     field!(tick, Duration { min: MIN_TICK, max: MAX_TICK }),
     field!(wheel_slots, Count { min: 1, max: MAX_WHEEL_SLOTS }),
     field!(executor_threads, Count { min: 1, max: MAX_EXECUTOR_THREADS }),
-    field!(max_pending, OptionalCount { min: 1, max: usize::MAX },
+    field!(max_pending, OptionalCount { min: 1, max: MAX_COUNT },
         too_small: "would refuse every timer; leave it out for no limit"),
-    field!(transfer_batch, Count { min: 1, max: usize::MAX },
+    field!(transfer_batch, Count { min: 1, max: MAX_COUNT },
         too_small: "would never move a command into the wheel"),
     field!(ring_capacity, Count { min: MIN_RING_CAPACITY, max: MAX_RING_CAPACITY }),
     field!(pin_threads, Bool),
@@ -133,7 +133,7 @@ impl Field {
         let parsed = match self.kind {
             Kind::Count { .. } => parse_number(&text).map(Value::Count),
             Kind::OptionalCount { .. } => match text.trim() {
-                "none" | "" => Some(Value::OptionalCount(None)),
+                "none" => Some(Value::OptionalCount(None)),
                 number => parse_number(number).map(|n| Value::OptionalCount(Some(n))),
             },
             Kind::Duration { .. } => humantime::parse_duration(text.trim())
@@ -153,6 +153,16 @@ impl Field {
         })?;
         (self.set)(config, value);
         Ok(())
+    }
+
+    /// The error for this field's variable `var` holding `value`, which is not UTF-8.
+    pub(super) fn not_unicode(&self, var: String, value: &std::ffi::OsStr) -> ConfigError {
+        ConfigError::Env {
+            var,
+            field: self.name,
+            value: value.to_string_lossy().into_owned(),
+            expected: format!("{}, in UTF-8", self.expected()),
+        }
     }
 
     /// What an environment variable of this kind must look like.
@@ -208,7 +218,9 @@ impl Bound for usize {
         self.to_string()
     }
     fn bound(self) -> String {
-        if self >= 1 << 16 && self.is_power_of_two() {
+        if self == MAX_COUNT {
+            "2^63-1".to_string()
+        } else if self >= 1 << 16 && self.is_power_of_two() {
             format!("2^{}", self.trailing_zeros())
         } else {
             self.to_string()

@@ -1,5 +1,6 @@
 //! [`Config`]: every knob of the service, from code, a TOML file or `WHEEL_*` variables.
 
+use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
@@ -162,6 +163,12 @@ pub mod limits {
     pub const MIN_SLOW_CALLBACK: Duration = Duration::from_micros(1);
     /// Longest `slow_callback`.
     pub const MAX_SLOW_CALLBACK: Duration = Duration::from_secs(3600);
+    /// Most `max_pending` and `transfer_batch`: the largest whole number TOML holds (2^63-1),
+    /// so that every valid config can be written back as TOML.
+    pub const MAX_COUNT: usize = i64::MAX as usize;
+    /// Longest config file [`Config::from_file`](crate::Config::from_file) reads: 1 MiB, a
+    /// hundred times `wheel.toml` with every field commented.
+    pub const MAX_FILE_BYTES: u64 = 1 << 20;
     /// Most `capacity` (2^28 timers, about 21.5 GB reserved). A machine's memory may allow
     /// less: see [`memory_limit`].
     pub const MAX_CAPACITY: usize = 1 << 28;
@@ -213,18 +220,19 @@ impl Config {
     /// Reads a TOML document; fields it leaves out keep their defaults. Unknown fields are an
     /// error (a typo should not silently fall back to a default).
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Toml {
-            message: e.message().to_string(),
-            field: toml_error_field(text, &e),
-        })?;
+        let config: Config = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
         config.validate()?;
         Ok(config)
     }
 
-    /// Reads a TOML file (see [`Config::from_toml_str`]).
+    /// Reads a TOML file (see [`Config::from_toml_str`]): a regular file (or a link to one) of
+    /// at most [`limits::MAX_FILE_BYTES`]. A directory, a pipe (a FIFO, or a shell's `<(…)`)
+    /// or a device is refused at once with [`ConfigError::Io`], never waited on or read
+    /// without end; to read a config from one, read the text yourself and call
+    /// `from_toml_str`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        let text = read_config_file(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
         })?;
@@ -237,7 +245,19 @@ impl Config {
     /// booleans `true`/`false`/`1`/`0`, and durations read like "1ms", "500us", "2s". A value
     /// that does not parse is an error naming the variable and the field; then the whole config
     /// is validated.
+    ///
+    /// Only these names are read: a misspelt or lower-case variable (`WHEEL_SHARD`,
+    /// `wheel_shards`) is not an error, it is simply not one of them. A variable of a field
+    /// whose value is not UTF-8 is an error naming it.
     pub fn with_env(self) -> Result<Config, ConfigError> {
+        for field in limits::FIELDS {
+            let var = field.env_var();
+            if let Some(value) = std::env::var_os(&var) {
+                if value.to_str().is_none() {
+                    return Err(field.not_unicode(var, &value));
+                }
+            }
+        }
         self.with_vars(|name| std::env::var(name).ok())
     }
 
@@ -322,17 +342,86 @@ impl Config {
     }
 }
 
-/// The config field a TOML error is about: serde names unknown and mistyped fields in
-/// backticks ("unknown field `tcik`"); otherwise the key on the line the error points at.
+/// Reads the text of a config file: a regular file of at most [`limits::MAX_FILE_BYTES`].
+fn read_config_file(path: &Path) -> io::Result<String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Opening a FIFO for reading waits for a writer; non-blocking, it returns at once and
+        // is refused below. On a regular file the flag changes nothing.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a directory, pipe or device); \
+             read its text and call Config::from_toml_str instead",
+        ));
+    }
+    let mut text = String::new();
+    file.take(limits::MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limits::MAX_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "longer than {} bytes; a config file is a few KiB",
+                limits::MAX_FILE_BYTES
+            ),
+        ));
+    }
+    Ok(text)
+}
+
+/// A TOML error as a [`ConfigError::Toml`]: the parser's message with the line and column it
+/// points at, and the field it is about where one can be told.
+fn toml_error(text: &str, error: &toml::de::Error) -> ConfigError {
+    let mut message = error.message().trim().to_string();
+    if message.is_empty() {
+        message = "not valid TOML".to_string();
+    }
+    if let Some(span) = error.span() {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        message = format!("{message} (line {line}, column {column})");
+    }
+    ConfigError::Toml {
+        message,
+        field: toml_error_field(text, error),
+    }
+}
+
+/// The config field a TOML error is about: serde names unknown, missing and duplicate fields
+/// in backticks at the start of its message ("unknown field `tcik`"); otherwise the key of
+/// the line the error points at, `key = …` or a table header `[key]`.
 fn toml_error_field(text: &str, error: &toml::de::Error) -> Option<String> {
     let message = error.message();
-    if message.contains("field `") {
-        let name = &message[message.find('`')? + 1..];
-        return Some(name[..name.find('`')?].to_string());
+    for prefix in ["unknown field `", "missing field `", "duplicate field `"] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            return Some(rest[..rest.find('`')?].to_string());
+        }
     }
-    let at = error.span()?.start;
+    let at = error.span()?.start.min(text.len());
     let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[line_start..].lines().next()?;
-    let key = line.split('=').next()?.trim();
-    (!key.is_empty() && line.contains('=')).then(|| key.to_string())
+    key_of_line(text[line_start..].lines().next()?)
+}
+
+/// The top-level key a TOML line names: `key = …`, `[key]`, `[[key]]` or `key.more = …`,
+/// without quotes (`"shards" = …` is the field `shards`).
+fn key_of_line(line: &str) -> Option<String> {
+    let line = line.trim();
+    let key = match line.strip_prefix('[') {
+        Some(header) => header.trim_start_matches('[').split(']').next()?,
+        None => line.split_once('=')?.0,
+    };
+    let key = key.trim();
+    let key = match key.chars().next()? {
+        quote @ ('"' | '\'') => key[1..].split(quote).next()?,
+        _ => key.split('.').next()?.trim(),
+    };
+    (!key.is_empty()).then(|| key.to_string())
 }

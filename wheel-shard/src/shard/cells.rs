@@ -66,9 +66,14 @@ impl<T> Cells<T> {
         })
     }
 
-    /// Cells in a ring asked for `capacity`.
+    /// Cells in a ring asked for `capacity`; past the largest power of two a `usize` holds
+    /// (a config built in code, never valid), that power, so estimates saturate instead of
+    /// wrapping.
     pub(crate) fn count_for(capacity: usize) -> usize {
-        capacity.max(2).next_power_of_two()
+        capacity
+            .max(2)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << (usize::BITS - 1))
     }
 
     /// Bytes the cells of a ring asked for `capacity` take.
