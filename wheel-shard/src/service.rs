@@ -460,7 +460,9 @@ impl Handle {
         }
         // Last, by the records: every timer still pending, wherever its references are (see
         // `runtime/hand_back.rs`).
-        let mut unfired = Vec::with_capacity(core.pending());
+        let mut unfired = Vec::new();
+        // One allocation for the whole list; where the allocator refuses it, the list grows.
+        let _ = unfired.try_reserve_exact(core.pending());
         for shard in core.shards.iter() {
             hand_back_pending(core, shard, &mut unfired);
         }
