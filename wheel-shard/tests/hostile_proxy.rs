@@ -235,6 +235,14 @@ impl Tally {
     }
 }
 
+/// The end of a test: the counters settle at `expected`, no timer is left in the service, and
+/// the proxy stops.
+fn ends_with(proxy: TestProxy, expected: Tally) {
+    expect_tally(&proxy, expected);
+    assert_no_timer_left(&proxy);
+    proxy.stop();
+}
+
 /// Waits (up to 5 s) for the proxy's counters to read `expected`; fails with what they read.
 fn expect_tally(proxy: &TestProxy, expected: Tally) {
     let settled = common::eventually(Duration::from_secs(5), || proxy.tally() == expected);
@@ -689,16 +697,14 @@ fn a_trickled_request_is_closed_at_the_request_timeout_after_its_first_byte() {
             trickled >= 5,
             "only {trickled} bytes trickled in before the close"
         );
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 1,
                 request_timeout: 1,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -729,16 +735,14 @@ fn without_a_request_timeout_a_trickle_stays_open_until_it_stops_for_idle() {
             closed.await.expect("reader task") - last
         });
         assert_within("closed after the last trickled byte", quiet_for, idle);
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 1,
                 idle: 1,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -781,16 +785,14 @@ fn silent_clients_are_closed_after_idle_and_not_by_the_request_timeout() {
         let shortest = times.iter().min().copied().unwrap_or_default();
         assert_within("the first silent client closed", shortest, idle);
         assert_within("the last silent client closed", longest, idle);
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 20,
                 idle: 20,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -889,16 +891,14 @@ fn a_reader_that_never_reads_is_closed_after_idle_and_pins_no_megabytes() {
             "the upstream handed over {stalled_at} bytes for a client that never read"
         );
         assert!(drained < PINNED_BOUND);
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 1,
                 idle: 1,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -950,16 +950,14 @@ fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
             written < IN_FLIGHT_BOUND,
             "the proxy took {written} bytes from a client that never read"
         );
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 1,
                 idle: 1,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -1042,16 +1040,14 @@ fn half_closed_connections_still_deliver_and_end_normally() {
             .await;
             assert!(got, "the bytes sent after upstream's FIN did not arrive");
         });
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 2,
                 normal: 2,
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -1090,8 +1086,8 @@ fn resets_from_either_side_fail_only_their_own_connection() {
             round_trip(&mut bystander, b"after").await;
             hang_up(bystander).await;
         });
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 3,
                 failed: 2,
@@ -1099,8 +1095,6 @@ fn resets_from_either_side_fail_only_their_own_connection() {
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -1224,8 +1218,8 @@ fn an_upstream_with_nothing_listening_fails_new_clients_and_spares_old_ones() {
             hang_up(new).await;
             hang_up(old).await;
         });
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 7,
                 failed: 5,
@@ -1233,8 +1227,6 @@ fn an_upstream_with_nothing_listening_fails_new_clients_and_spares_old_ones() {
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -1331,8 +1323,8 @@ fn a_slow_upstream_is_cut_at_the_request_timeout_and_a_timely_one_is_not() {
             sent.elapsed()
         });
         assert_within("a request answered too late closed", took, deadline);
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 2,
                 normal: 1,
@@ -1340,8 +1332,6 @@ fn a_slow_upstream_is_cut_at_the_request_timeout_and_a_timely_one_is_not() {
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
@@ -1385,8 +1375,8 @@ fn an_unfinished_request_is_timed_from_its_first_byte_after_the_last_answer() {
         });
         assert_within("unfinished after the answer", after_answer, deadline);
         assert_within("unfinished in the answered burst", same_burst, idle);
-        expect_tally(
-            &proxy,
+        ends_with(
+            proxy,
             Tally {
                 accepted: 2,
                 request_timeout: 1,
@@ -1394,8 +1384,6 @@ fn an_unfinished_request_is_timed_from_its_first_byte_after_the_last_answer() {
                 ..Tally::default()
             },
         );
-        assert_no_timer_left(&proxy);
-        proxy.stop();
     });
 }
 
