@@ -702,8 +702,8 @@ mod tests {
     }
 
     /// A tick thread posts the memory its wheel grows into next and an idle worker makes it
-    /// resident (`shard/prefault.rs`), again as the wheel grows into it; with a single worker
-    /// nothing is posted.
+    /// resident (`shard/prefault.rs`): not while the wheel holds nothing, then once its first
+    /// timer is in, again as the wheel grows into it; with a single worker nothing is posted.
     #[test]
     fn idle_workers_populate_the_wheels_next_memory() {
         for (workers, populates) in [(2, true), (1, false)] {
@@ -714,6 +714,10 @@ mod tests {
             };
             let service = TimerService::new(config).unwrap();
             let prefault = &service.core().shards[0].prefault;
+            thread::sleep(Duration::from_millis(50));
+            assert!(!prefault.is_posted(), "nothing posted for an empty wheel");
+            assert_eq!(prefault.populated(), 0, "nor populated");
+            let id = service.schedule(Duration::from_secs(3600), || {}).unwrap();
             let give_up = Instant::now() + Duration::from_secs(10);
             while populates && prefault.populated() == 0 && Instant::now() < give_up {
                 thread::sleep(Duration::from_millis(5));
@@ -722,9 +726,14 @@ mod tests {
                 thread::sleep(Duration::from_millis(50));
                 assert_eq!(prefault.populated(), 0, "a single worker populates nothing");
                 assert!(!prefault.is_posted(), "and nothing is posted for it");
+                assert!(service.cancel(id));
                 continue;
             }
-            assert_eq!(prefault.populated(), 1, "the first post, at the first pass");
+            assert_eq!(
+                prefault.populated(),
+                1,
+                "the first post, after the first timer"
+            );
             // Past half of the 4 MiB posted (8-byte references, 126 to a 1 KiB chunk): the
             // wheel grows into it and posts the next stretch.
             for i in 0..400_000u64 {

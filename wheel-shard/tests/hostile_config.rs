@@ -14,13 +14,15 @@
 //! child process of this test binary, limited with `ulimit -v` where the input is unbounded,
 //! and report their peak resident memory from `/proc/self/status`.
 //!
-//! The audit found nine bugs, each fixed and guarded by its test here: `from_file` hung on a
+//! The audit found nine bugs in loading, each fixed and guarded by its test here: `from_file` hung on a
 //! FIFO without a writer and read endless or huge input whole (it now refuses what is not a
 //! regular file and stops at `limits::MAX_FILE_BYTES`); TOML errors off a `key =` line said
 //! neither field nor line, a field name in backticks inside a value misnamed the field, and a
 //! quoted key kept its quotes; an empty `WHEEL_MAX_PENDING` meant `none` and a variable that is
 //! not UTF-8 was ignored; counts past `i64::MAX` passed validation but could not be written as
-//! TOML; and `memory_estimate` overflowed on a ring capacity built in code past `2^63`.
+//! TOML; and `memory_estimate` overflowed on a ring capacity built in code past `2^63`. It also
+//! found 64 idle shards holding 385 MiB resident against an estimate of 24 MiB (idle workers
+//! made each wheel's next 4 MiB resident before the shard held a timer); now 4 MiB.
 //! (`#[ignore]`d tests here are the child halves of tests that run them in a process of their
 //! own.)
 #![cfg(target_os = "linux")]
@@ -1304,12 +1306,12 @@ fn child_starts_the_largest_rings() {
     });
 }
 
-/// An idle service stays within what the docs allow: its `memory_estimate`, plus what idle
-/// workers make resident ahead of each shard (at most 4 MiB of records and 4 MiB of wheel
-/// chunks a shard). The measured growth is printed: with 64 shards it is many times the
-/// estimate (see the report).
+/// An idle service, 64 shards without a timer, stays within its `memory_estimate` (and a
+/// margin for the process): idle workers make memory resident only ahead of a shard that
+/// holds timers. (Before that was so, the 64 idle shards took 385 MiB against an estimate of
+/// 24 MiB: 4 MiB of wheel chunks each, posted at the tick thread's first pass.)
 #[test]
-fn an_idle_service_stays_within_its_documented_memory() {
+fn an_idle_service_stays_within_its_estimate() {
     let run = run_child(
         "child_idles_with_many_shards",
         None,
@@ -1322,13 +1324,13 @@ fn an_idle_service_stays_within_its_documented_memory() {
     let resident_mib = run.number("resident_growth_kib") / 1024;
     eprintln!("{shards} shards, idle: estimate {estimate_mib} MiB, resident +{resident_mib} MiB");
     assert!(
-        resident_mib <= estimate_mib + 8 * shards + 64,
-        "{resident_mib} MiB resident"
+        resident_mib <= estimate_mib + 32,
+        "{resident_mib} MiB resident for {shards} idle shards"
     );
 }
 
 #[test]
-#[ignore = "the child half of an_idle_service_stays_within_its_documented_memory"]
+#[ignore = "the child half of an_idle_service_stays_within_its_estimate"]
 fn child_idles_with_many_shards() {
     if !in_child("child_idles_with_many_shards") {
         return;
