@@ -168,8 +168,8 @@ impl Field {
     /// What an environment variable of this kind must look like.
     fn expected(&self) -> &'static str {
         match self.kind {
-            Kind::Count { .. } => "a whole number",
-            Kind::OptionalCount { .. } => "a whole number, or none",
+            Kind::Count { .. } => "a whole number below 2^64",
+            Kind::OptionalCount { .. } => "a whole number below 2^64, or none",
             Kind::Duration { .. } => "a duration such as \"1ms\", \"500us\" or \"2s\"",
             Kind::Bool => "true or false",
         }

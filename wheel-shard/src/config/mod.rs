@@ -241,8 +241,9 @@ impl Config {
 
     /// Overrides each field whose variable is set: `WHEEL_` and the field's name in capitals
     /// (`WHEEL_RING_CAPACITY` for `ring_capacity`; [`limits::FIELDS`] lists them). Numbers may
-    /// group digits with `_`, `WHEEL_MAX_PENDING` and `WHEEL_TICK_THREADS` take `none`,
-    /// booleans `true`/`false`/`1`/`0`, and durations read like "1ms", "500us", "2s". A value
+    /// group digits with `_`, `WHEEL_MAX_PENDING` and `WHEEL_TICK_THREADS` take `none` (an
+    /// empty value is an error, not `none`), booleans `true`/`false`/`1`/`0` (and
+    /// `yes`/`no`/`on`/`off`, in any case), and durations read like "1ms", "500us", "2s". A value
     /// that does not parse is an error naming the variable and the field; then the whole config
     /// is validated.
     ///
