@@ -44,11 +44,17 @@ const FIRST_BLOCK: usize = 64;
 /// Blocks there can be: the last id of one more would be [`NIL`].
 const MAX_BLOCKS: usize = (NIL >> BLOCK_BITS) as usize;
 
-/// How many chunks block `index` holds.
+/// Blocks before the first of [`BLOCK`] chunks: [`FIRST_BLOCK`] doubles to it in this many.
+const GROWING_BLOCKS: usize = (BLOCK.trailing_zeros() - FIRST_BLOCK.trailing_zeros()) as usize;
+
+/// How many chunks block `index` holds. (A shift is no way past [`GROWING_BLOCKS`]: shifted
+/// by 58 or more, `FIRST_BLOCK`'s bit leaves the word and the length reads 0.)
 fn block_len(index: usize) -> usize {
-    FIRST_BLOCK
-        .checked_shl(index as u32)
-        .map_or(BLOCK, |len| len.min(BLOCK))
+    if index >= GROWING_BLOCKS {
+        BLOCK
+    } else {
+        FIRST_BLOCK << index
+    }
 }
 
 /// The id after `id` in the order chunks are first handed out: the next place in its block,
@@ -439,17 +445,25 @@ impl<T: Copy> Chunks<T> {
     /// the blocks they reach into. The blocks never move while the pool lives, and the pool
     /// writes those chunks whenever it hands them out, so another thread may only do to them
     /// what keeps their contents (make their pages resident); see `Wheel::untouched_ahead`.
-    /// A block the allocator refuses is an error; the blocks added before it stay.
+    /// A block the allocator refuses, or more chunks than ids are left for, is an error, and
+    /// then nothing changes: the blocks this call added go again (nothing refers to them).
     pub(crate) fn untouched_ahead(
         &mut self,
         chunks: usize,
     ) -> Result<Vec<Range<usize>>, TryReserveError> {
+        if self.total.saturating_add(chunks) >= MAX_BLOCKS * BLOCK {
+            return Err(capacity_overflow());
+        }
+        let blocks_before = self.blocks.len();
         let mut ranges = Vec::new();
         let (mut id, mut left) = (self.written, chunks);
         while left > 0 && ((id >> BLOCK_BITS) as usize) < MAX_BLOCKS {
             let block = (id >> BLOCK_BITS) as usize;
             if block == self.blocks.len() {
-                self.add_block()?;
+                if let Err(error) = self.add_block() {
+                    self.blocks.truncate(blocks_before);
+                    return Err(error);
+                }
             }
             let at = (id & BLOCK_MASK) as usize;
             let len = (block_len(block) - at).min(left);
@@ -556,6 +570,10 @@ mod tests {
         assert_eq!(block_len(0), FIRST_BLOCK);
         assert_eq!(block_len(1), 2 * FIRST_BLOCK);
         assert_eq!(block_len(100), BLOCK);
+        assert!(
+            (0..MAX_BLOCKS).all(|i| block_len(i) > 0),
+            "no block past the 58th is empty (a shift would make it so)"
+        );
         assert_eq!(blocks_for(0), 0);
         assert_eq!(blocks_for(FIRST_BLOCK), 1);
         assert_eq!(blocks_for(FIRST_BLOCK + 1), 2);

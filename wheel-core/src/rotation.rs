@@ -61,8 +61,12 @@ pub(crate) struct Resume {
 pub(crate) struct Retained {
     pub(crate) examined: usize,
     pub(crate) removed: usize,
-    /// Where it stopped, when the budget ran out before the slot's end.
+    /// Where it stopped, when the budget ran out before the slot's end (or `keep` panicked).
     pub(crate) resume: Option<Resume>,
+    /// The panic of a `keep` or `prefetch` call, caught so the slot is left whole: the entry
+    /// it was about and those after it are kept unexamined. The caller settles its own state,
+    /// then resumes the panic.
+    pub(crate) panic: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// How far ahead of the entry being examined `retain_slot` hands entries to `prefetch`.
@@ -266,6 +270,7 @@ impl Rotation {
             examined: 0,
             removed: 0,
             resume: None,
+            panic: None,
         };
         if self.slots[slot].head == NIL || budget == 0 {
             return done;
@@ -303,7 +308,10 @@ impl Rotation {
             let end = chunks.get(r).end();
             let take = (end - i).min(budget - done.examined);
             kept.clear();
-            {
+            // Where the loop below is: a panic of `keep` or `prefetch` there leaves entry
+            // `at` and the rest of this batch unexamined, and kept.
+            let mut at = 0;
+            let examined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let chunk = chunks.get(r);
                 // Consecutive chunks of a slot lie anywhere: load the next one while this one
                 // is examined (halves retain's time per entry at 1 M and 10 M).
@@ -315,6 +323,7 @@ impl Rotation {
                     _ => &[],
                 };
                 for (k, entry) in unread[..take].iter().enumerate() {
+                    at = k;
                     if PREFETCH {
                         let ahead = k + PREFETCH_AHEAD;
                         let ahead = match unread.get(ahead) {
@@ -329,6 +338,10 @@ impl Rotation {
                         kept.push(*entry);
                     }
                 }
+            }));
+            if let Err(payload) = examined {
+                kept.extend_from_slice(&chunks.get(r).from(i)[at..take]);
+                done.panic = Some(payload);
             }
             i += take;
             done.examined += take;
@@ -390,7 +403,7 @@ impl Rotation {
             }
             r = next;
             i = chunks.get(r).start();
-            if done.examined == budget {
+            if done.examined == budget || done.panic.is_some() {
                 done.resume = Some(self.resume_at(chunks, w, r, i));
                 return done;
             }

@@ -439,6 +439,11 @@ impl<T: Copy> Wheel<T> {
     /// chunk's worth (at most 126) of entries: the entries kept move down into the room the removed
     /// ones left, so the chunks this empties go back to the pool.
     ///
+    /// A panic in `keep` (or in [`Wheel::retain_prefetching`]'s `prefetch`) comes back to the
+    /// caller once the wheel is whole again: the entries examined before it are kept or removed
+    /// as `keep` said, the one it was about and those after it stay, `len` counts what is
+    /// there, and the next call goes on from there.
+    ///
     /// ```
     /// # use wheel_core::Wheel;
     /// let mut wheel = Wheel::new();
@@ -533,6 +538,7 @@ impl<T: Copy> Wheel<T> {
             };
             examined += done.examined;
             self.len -= done.removed;
+            let panic = done.panic;
             self.retain = match done.resume {
                 Some(resume) => Cursor {
                     slot,
@@ -545,6 +551,11 @@ impl<T: Copy> Wheel<T> {
                     ..cursor
                 },
             };
+            if let Some(payload) = panic {
+                // The slot is whole and the count and the cursor are settled: the wheel
+                // stays usable, and the caller gets its closure's panic.
+                std::panic::resume_unwind(payload);
+            }
         }
         examined
     }
