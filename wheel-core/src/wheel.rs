@@ -340,6 +340,12 @@ impl<T: Copy> Wheel<T> {
     /// Adds `value`, due at tick `deadline`: any `u64`; one at or before [`Wheel::now`] is
     /// handed out by the next advance. O(1): an append to the slot's array, no allocation
     /// while the pool has a chunk.
+    ///
+    /// # Panics
+    ///
+    /// When the pool must grow and the allocator refuses its next block, or the pool's chunk
+    /// ids (about 4 G chunks, 4 TiB) run out. [`Wheel::try_reserve`] reports both as an error
+    /// instead, ahead of the inserts.
     #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) {
         self.place(Entry { deadline, value });
@@ -392,7 +398,9 @@ impl<T: Copy> Wheel<T> {
 
     /// Hands out, lazily, every entry whose deadline is at or before `now`, and never one
     /// due later. Entries come out in the order their slots fall due, so in deadline order
-    /// across ticks, and in the order they were inserted within a tick. Stop early (with
+    /// across ticks, and in the order they were inserted within a tick; entries inserted
+    /// already due (at or before [`Wheel::now`]) come first, in the order they were inserted,
+    /// whatever their deadlines. Stop early (with
     /// `take(budget)` or by dropping the iterator) to bound one pass: what is left stays due and
     /// comes out on the next call. A `now` below [`Wheel::now`] counts as [`Wheel::now`]: the
     /// clock never goes back.
