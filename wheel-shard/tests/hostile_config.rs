@@ -454,7 +454,19 @@ fn a_fifo_with_a_writer_is_refused_as_not_a_regular_file() {
         }
         other => panic!("a FIFO was read: {other:?}"),
     }
-    let _ = writer.join().unwrap();
+    // The writer may not have opened the FIFO before `from_file` closed it: then it waits in
+    // open(2) for a reader, which this one (non-blocking, so it does not wait for a writer)
+    // gives it, and its write then lands in the pipe.
+    let release = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .expect("open the FIFO to release the writer")
+    };
+    let _ = within(Duration::from_secs(10), move || writer.join().unwrap());
+    drop(release);
 }
 
 /// A FIFO nobody writes to must not hang `from_file`: it should return within 2 s (an error
