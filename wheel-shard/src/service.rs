@@ -318,8 +318,8 @@ impl TimerService {
     /// (its timers are on their way back); then nothing changes. Postponing costs no wake-up
     /// and no message: the timer's reference finds the new deadline when the old one comes.
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
-        // A shutdown hands back what its tick threads and notices hold while moves keep
-        // coming: refusing them once it has begun keeps that work finite.
+        // Once a shutdown has begun, its timers are on their way back by their records: a move
+        // now could only send a notice no thread reads any more.
         if self.core().closed.load(Ordering::Acquire) {
             return false;
         }

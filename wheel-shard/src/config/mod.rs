@@ -251,26 +251,30 @@ impl Config {
     /// `wheel_shards`) is not an error, it is simply not one of them. A variable of a field
     /// whose value is not UTF-8 is an error naming it.
     pub fn with_env(self) -> Result<Config, ConfigError> {
-        for field in limits::FIELDS {
-            let var = field.env_var();
-            if let Some(value) = std::env::var_os(&var) {
-                if value.to_str().is_none() {
-                    return Err(field.not_unicode(var, &value));
-                }
-            }
-        }
-        self.with_vars(|name| std::env::var(name).ok())
+        self.with_lookup(|name| match std::env::var(name) {
+            Ok(text) => Ok(Some(text)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(raw)) => Err(raw),
+        })
     }
 
     /// [`Config::with_env`] reading from `lookup` instead of the process environment.
-    pub fn with_vars(
+    pub fn with_vars(self, lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        self.with_lookup(|name| Ok(lookup(name)))
+    }
+
+    /// Sets each field whose variable `lookup` finds (`Err`: set, but not UTF-8), then
+    /// validates the whole config.
+    fn with_lookup(
         mut self,
-        lookup: impl Fn(&str) -> Option<String>,
+        lookup: impl Fn(&str) -> Result<Option<String>, std::ffi::OsString>,
     ) -> Result<Config, ConfigError> {
         for field in limits::FIELDS {
             let var = field.env_var();
-            if let Some(text) = lookup(&var) {
-                field.set_from_env(&mut self, var, text)?;
+            match lookup(&var) {
+                Ok(Some(text)) => field.set_from_env(&mut self, var, text)?,
+                Ok(None) => {}
+                Err(raw) => return Err(field.not_unicode(var, &raw)),
             }
         }
         self.validate()?;

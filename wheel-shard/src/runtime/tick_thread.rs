@@ -70,7 +70,7 @@ impl<'a> TickThread<'a> {
     }
 
     /// Runs until every shard it drives is stopped. Its wheels then go without a look at their
-    /// references: the shutdown's pass over the records (`tick::hand_back_pending`) takes back
+    /// references: the shutdown's pass over the records (`runtime/hand_back.rs`) takes back
     /// every timer still pending, in address order, where a walk of the wheels would miss the
     /// cache on every record.
     pub(crate) fn run(mut self) {
