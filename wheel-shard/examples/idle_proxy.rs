@@ -368,11 +368,7 @@ async fn relay(client: &mut TcpStream, shared: &Shared, conn: &ConnTimers) -> io
 /// A connection to upstream, its buffers capped to `buffer` bytes (set before the connect, as
 /// the receive buffer sets the window the handshake offers).
 async fn connect_upstream(addr: SocketAddr, buffer: Option<u32>) -> io::Result<TcpStream> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
+    let socket = socket_for(addr)?;
     if let Some(bytes) = buffer {
         socket.set_send_buffer_size(bytes)?;
         socket.set_recv_buffer_size(bytes)?;
@@ -567,12 +563,17 @@ impl Proxy {
     }
 }
 
-fn listen_on(addr: SocketAddr, limits: &Limits) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
+/// A TCP socket of `addr`'s family.
+fn socket_for(addr: SocketAddr) -> io::Result<TcpSocket> {
+    if addr.is_ipv4() {
+        TcpSocket::new_v4()
     } else {
-        TcpSocket::new_v6()?
-    };
+        TcpSocket::new_v6()
+    }
+}
+
+fn listen_on(addr: SocketAddr, limits: &Limits) -> io::Result<TcpListener> {
+    let socket = socket_for(addr)?;
     // Lets a restarted proxy bind over TIME_WAIT sockets; a live listener still makes it fail.
     socket.set_reuseaddr(true)?;
     // Accepted sockets inherit both (see `Args::client_send_buffer`, `Args::relay_buffer`);
