@@ -81,8 +81,8 @@ impl<'a> TickThread<'a> {
                 tick.shard().mark_awake();
             }
             // `shutdown` stops the shards one after another, each after closing its rings:
-            // the thread stops once all of its own are, so each shard's rings are closed
-            // before they are drained for good.
+            // the thread stops once all of its own are, so no shard of it takes new timers
+            // once the thread has gone.
             if self.all_stopped() {
                 break;
             }

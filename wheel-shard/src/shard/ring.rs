@@ -12,7 +12,9 @@
 //! cost memory only once a burst reaches them, and a generous ring is cheap until it is used.
 //!
 //! Closing sets the top bit of `tail`, so no claim succeeds afterwards, while every claim made
-//! before is still published and drained: nothing pushed successfully is ever lost.
+//! before still publishes its value and counts in [`PendingRing::pushed`]. At shutdown the ring
+//! is dropped unread: a value in it names a timer's record, and the shutdown takes the timer
+//! back by that record (`runtime/hand_back.rs`), so nothing pushed successfully is lost.
 
 use crossbeam_utils::CachePadded;
 
@@ -149,7 +151,7 @@ impl<T> PendingRing<T> {
         self.cells.at(head).sequence.load(Ordering::Acquire) == self.cells.full_for(head)
     }
 
-    /// Refuses every later push. Values pushed before stay to be drained.
+    /// Refuses every later push. Values pushed before stay (and count in `pushed`).
     pub(crate) fn close(&self) {
         self.tail.fetch_or(CLOSED, Ordering::SeqCst);
     }
