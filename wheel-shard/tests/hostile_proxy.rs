@@ -904,8 +904,8 @@ fn a_reader_that_never_reads_is_closed_after_idle_and_pins_no_megabytes() {
 
 /// A client that writes without end to an echo upstream and never reads the echoes. Promise:
 /// backpressure stops it (its writes block once the buffers fill, the proxy does not queue
-/// them), the stalled connection is closed after `--idle` as idle, and the bytes it got in are
-/// bounded.
+/// them), the stalled connection is closed `--idle` after its last write moved bytes, as idle,
+/// and the bytes it got in are bounded.
 #[test]
 fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
     hostile(Duration::from_secs(15), || {
@@ -914,16 +914,20 @@ fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
         let proxy = TestProxy::start(upstream.addr, Limits::new(idle));
         let counters = Arc::clone(&proxy.counters);
         let rt = runtime();
-        let (took, written) = block_on(&rt, Duration::from_secs(10), async {
+        let (took, quiet_for, written) = block_on(&rt, Duration::from_secs(10), async {
             let stream = scripted(proxy.addr, &[command::ECHO]).await;
             let (read, mut write) = stream.into_split();
             let written = Arc::new(AtomicU64::new(0));
-            let count = Arc::clone(&written);
+            // When the writer's last write that moved bytes returned, in nanoseconds after
+            // `started`: the idle time runs from there, however long the buffers took to fill.
+            let last_write = Arc::new(AtomicU64::new(0));
+            let (count, last) = (Arc::clone(&written), Arc::clone(&last_write));
             let started = Instant::now();
             let writer = tokio::spawn(async move {
                 let chunk = vec![b'w'; 64 * 1024];
                 while let Ok(n) = write.write(&chunk).await {
                     count.fetch_add(n as u64, Ordering::SeqCst);
+                    last.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
                 }
             });
             let closed = until(Duration::from_secs(5), || {
@@ -936,16 +940,23 @@ fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
                 "a writer that never reads still open after {took:?}"
             );
             let written = written.load(Ordering::SeqCst);
+            let quiet_for = took - Duration::from_nanos(last_write.load(Ordering::SeqCst));
             writer.abort();
             drop(read);
-            (took, written)
+            (took, quiet_for, written)
         });
-        println!("the writer that never reads got {written} bytes in; closed after {took:?}");
-        assert!(
-            took + EARLY >= idle,
-            "closed after {took:?}, before {idle:?}"
+        println!(
+            "the writer that never reads got {written} bytes in; closed after {took:?}, \
+             {quiet_for:?} after its last write"
         );
-        assert!(took <= idle + LATE, "closed only after {took:?}");
+        assert!(
+            quiet_for + EARLY >= idle,
+            "closed {quiet_for:?} after the last write, before {idle:?}"
+        );
+        assert!(
+            quiet_for <= idle + LATE,
+            "closed only {quiet_for:?} after the last write"
+        );
         assert!(
             written < IN_FLIGHT_BOUND,
             "the proxy took {written} bytes from a client that never read"
