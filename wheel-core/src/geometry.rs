@@ -41,6 +41,12 @@ impl Geometry {
         (32 / self.bits).min(63 / self.bits) as usize + 1
     }
 
+    /// Bits of a tick that the levels span: a deadline whose higher bits differ from the
+    /// clock's lies beyond the top level. 33 to 40.
+    pub(crate) fn span_bits(self) -> u32 {
+        self.bits * self.levels() as u32
+    }
+
     pub(crate) fn slots(self) -> usize {
         1 << self.bits
     }

@@ -35,9 +35,14 @@
 //! deadline (4 bytes more per entry): one inserted *overdue* (`d < now`), which the next
 //! advance hands out first, before any slot; and one *beyond* the top level (`d` differs from
 //! `now` above the top level's digit: more than 2^36 ticks ahead with 64 slots, 2.2 years of
-//! 1 ms ticks), which waits until the clock reaches the top level's rotation holding the
-//! earliest of them, where they are all placed again relative to it. Both are rare, and the
-//! slots' arrays stay at half the bytes a whole deadline would cost.
+//! 1 ms ticks). Entries beyond wait in buckets by the number of their top-level rotation (`d`
+//! above the levels' bits), as a radix heap keeps keys: bucket `b` holds the rotations whose
+//! highest bit differing from a base rotation is bit `b − 1`, so a lower bucket's rotations all
+//! come before a higher one's. The clock stops at the earliest deadline in the lowest bucket,
+//! which becomes the base, and that bucket's entries are placed again relative to it: those in
+//! this rotation on the levels, the others in lower buckets. An entry moves at most once per
+//! bit of its rotation number, however many distinct rotations hold entries. Both kinds are
+//! rare, and the slots' arrays stay at half the bytes a whole deadline would cost.
 //!
 //! Every level keeps a bitmap of its non-empty slots. The next due slot is the first set bit at
 //! or after the clock's digit on the lowest level that has one: a slot on level `k` starts at a

@@ -41,8 +41,11 @@ impl std::error::Error for InvalidSlots {}
 ///   level-0 slot;
 /// - an entry that no level holds waits outside them, with its whole deadline: one inserted
 ///   with `d < now` in the *overdue* list, handed out first by the next advance, and one whose
-///   `d` lies beyond the top level's current rotation in the *beyond* list, placed when the
-///   clock reaches that rotation's end;
+///   `d` lies beyond the top level's current rotation in a *beyond* bucket, chosen by the
+///   highest bit in which `d`'s top rotation differs from the buckets' base (a rotation at or
+///   before the clock's); the clock stops at the earliest deadline of the lowest bucket and
+///   places its entries again from there, each into the levels or a lower bucket, so an entry
+///   moves at most once per bit of the rotation number however many rotations hold entries;
 /// - so every entry is in a slot whose first tick is at or before its deadline, and the
 ///   earliest due slot is found by one bitmap search per level (plus a look at each next
 ///   rotation), never by scanning;
@@ -66,14 +69,17 @@ pub struct Wheel<T: Copy> {
     levels: Box<[Level]>,
     /// Every slot's entries, in chunks from one pool.
     chunks: Chunks<T>,
-    /// The entries outside the levels, with their whole deadlines: slot [`OVERDUE`] and slot
-    /// [`BEYOND`], in chunks of their own.
+    /// The entries outside the levels, with their whole deadlines: slot [`OVERDUE`] and the
+    /// beyond buckets after it (see [`Wheel::beyond_slot`]), in chunks of their own.
     outside: Rotation,
     wide_chunks: Chunks<Wide<T>>,
-    /// No entry beyond the top level is due before this (the earliest deadline there, or
-    /// lower once `retain` removed that one): the clock places them when it reaches the top
-    /// level's rotation that holds it. `u64::MAX` when there are none.
-    beyond_from: u64,
+    /// The top-level rotation the beyond buckets are sorted against: at or before the clock's,
+    /// and before every beyond entry's.
+    beyond_base: u64,
+    /// Per beyond bucket (indexed by its slot in `outside`): no entry there is due before
+    /// this (the earliest deadline pushed since the bucket was last empty, or lower once
+    /// `retain` removed that one). Meaningful only while the bucket holds entries.
+    beyond_from: [u64; OUTSIDE_SLOTS],
     geometry: Geometry,
     now: u64,
     /// Entries held.
@@ -91,8 +97,10 @@ pub struct Wheel<T: Copy> {
 
 /// The slot of [`Wheel::outside`] that holds the entries inserted due already, in order.
 const OVERDUE: usize = 0;
-/// The slot of [`Wheel::outside`] that holds the entries beyond the top level.
-const BEYOND: usize = 1;
+/// The slots of [`Wheel::outside`]: [`OVERDUE`], then one beyond bucket per bit of a top-level
+/// rotation number. The levels span at least 2^33 ticks (see `Geometry::levels`), so a rotation
+/// number has at most 31 bits: buckets 1 to 31.
+const OUTSIDE_SLOTS: usize = 32;
 
 /// A position of [`Wheel::retain`]: rotation `rotation % 2` of level `rotation / 2` (by where
 /// it is stored), or past the levels the entries outside them; the slot there, and where in
@@ -115,8 +123,11 @@ enum Due {
     Rotation {
         level: usize,
     },
-    /// The end of the top level's rotation: the entries beyond it are placed.
-    Beyond,
+    /// The earliest deadline of the lowest beyond bucket (`slot` of `outside`): its entries
+    /// are placed again.
+    Beyond {
+        slot: usize,
+    },
 }
 
 /// Entries each level moves early per entry inserted or handed out. A level's next slot fills
@@ -178,9 +189,10 @@ impl<T: Copy> Wheel<T> {
                 .map(|_| Level::new(geometry.slots()))
                 .collect(),
             chunks: Chunks::default(),
-            outside: Rotation::new(2),
+            outside: Rotation::new(OUTSIDE_SLOTS),
             wide_chunks: Chunks::default(),
-            beyond_from: u64::MAX,
+            beyond_base: 0,
+            beyond_from: [u64::MAX; OUTSIDE_SLOTS],
             geometry,
             now: 0,
             len: 0,
@@ -231,7 +243,7 @@ impl<T: Copy> Wheel<T> {
     pub fn reserved_bytes(slots: usize, entries: usize) -> usize {
         let geometry = Geometry::for_slots(slots.clamp(1, Self::MAX_SLOTS));
         let tables = geometry.levels() * (size_of::<Level>() + Level::bytes(geometry.slots()))
-            + Rotation::bytes(2)
+            + Rotation::bytes(OUTSIDE_SLOTS)
             + Chunk::<T>::CAPACITY * size_of::<Stored<T>>();
         tables.saturating_add(Chunks::<T>::bytes_for(Self::chunks_for(
             geometry.slots(),
@@ -244,7 +256,7 @@ impl<T: Copy> Wheel<T> {
     pub fn allocated_bytes(&self) -> usize {
         let slots = self.geometry.slots();
         self.levels.len() * (size_of::<Level>() + Level::bytes(slots))
-            + Rotation::bytes(2)
+            + Rotation::bytes(OUTSIDE_SLOTS)
             + self.scratch.capacity() * size_of::<Stored<T>>()
             + self.wide_scratch.capacity() * size_of::<Stored<Wide<T>>>()
             + self.chunks.allocated_bytes()
@@ -367,21 +379,41 @@ impl<T: Copy> Wheel<T> {
                 slot,
                 Stored::new(entry.deadline, entry.value),
             ),
-            None => self.put_outside(BEYOND, entry),
+            None => self.put_beyond(entry),
         }
     }
 
     #[cold]
     fn put_outside(&mut self, list: usize, entry: Entry<T>) {
-        if list == BEYOND {
-            // A bound `retain` left behind counts only while its list still holds entries.
-            self.beyond_from = match self.outside.is_occupied(BEYOND) {
-                true => self.beyond_from.min(entry.deadline),
-                false => entry.deadline,
-            };
-        }
         self.outside
             .push(&mut self.wide_chunks, list, Stored::wide(entry));
+    }
+
+    #[cold]
+    fn put_beyond(&mut self, entry: Entry<T>) {
+        let slot = self.beyond_slot(entry.deadline);
+        // A bound `retain` left behind counts only while its bucket still holds entries.
+        self.beyond_from[slot] = match self.outside.is_occupied(slot) {
+            true => self.beyond_from[slot].min(entry.deadline),
+            false => entry.deadline,
+        };
+        self.put_outside(slot, entry);
+    }
+
+    /// The beyond bucket of `deadline` (after the clock's top-level rotation): one more than
+    /// the highest bit in which its top-level rotation differs from the base's. Every rotation
+    /// in bucket `b` agrees with the base above bit `b - 1` and has that bit set where the base
+    /// has it clear, so every rotation in a lower bucket comes before every one in a higher
+    /// bucket; and a new base taken from bucket `b` (any rotation there) keeps every higher
+    /// bucket's entries where they are and sends bucket `b`'s own to lower buckets.
+    fn beyond_slot(&self, deadline: u64) -> usize {
+        let rotation = deadline >> self.geometry.span_bits();
+        let slot = (u64::BITS - (rotation ^ self.beyond_base).leading_zeros()) as usize;
+        debug_assert!(
+            (1..OUTSIDE_SLOTS).contains(&slot),
+            "a beyond entry's rotation comes after the base"
+        );
+        slot
     }
 
     /// The tick of the earliest slot that holds an entry: a caller that sleeps until then misses
@@ -612,7 +644,7 @@ impl<T: Copy> Wheel<T> {
                 Due::Slot { level: 0, slot } => return Some(slot),
                 Due::Slot { level, slot } => self.cascade(level, slot),
                 Due::Rotation { level } => self.levels[level].turn(),
-                Due::Beyond => self.place_beyond(),
+                Due::Beyond { slot } => self.place_beyond(slot),
             }
         }
     }
@@ -645,11 +677,11 @@ impl<T: Copy> Wheel<T> {
                 }
             }
         }
-        if self.outside.is_occupied(BEYOND) {
+        if let Some(slot) = self.outside.next_occupied(OVERDUE + 1) {
             let top = self.levels.len() - 1;
             consider(
-                self.geometry.rotation_start(top, self.beyond_from),
-                Due::Beyond,
+                self.geometry.rotation_start(top, self.beyond_from[slot]),
+                Due::Beyond { slot },
             );
         }
         first
@@ -704,13 +736,14 @@ impl<T: Copy> Wheel<T> {
         self.scratch = scratch;
     }
 
-    /// The clock reached the top level's rotation that holds the earliest entry beyond the
-    /// levels: those entries are placed again from here, on the levels or (still further
-    /// ahead) beyond them once more.
-    fn place_beyond(&mut self) {
+    /// The clock reached the top level's rotation that holds the earliest deadline of the
+    /// lowest beyond bucket, `slot`: that rotation becomes the base, and the bucket's entries
+    /// are placed again from here, on the levels (those in this rotation) or in lower buckets.
+    fn place_beyond(&mut self, slot: usize) {
+        self.beyond_base = self.beyond_from[slot] >> self.geometry.span_bits();
+        debug_assert_eq!(self.beyond_base, self.now >> self.geometry.span_bits());
         let mut scratch = std::mem::take(&mut self.wide_scratch);
-        let mut id = self.outside.take(BEYOND);
-        self.beyond_from = u64::MAX;
+        let mut id = self.outside.take(slot);
         while id != NIL {
             id = self.wide_chunks.move_out(id, &mut scratch);
             for stored in &scratch {
@@ -847,7 +880,6 @@ impl<T: Copy> Drop for Drain<'_, T> {
             }
         }
         wheel.outside.clear(&mut wheel.wide_chunks);
-        wheel.beyond_from = u64::MAX;
         wheel.len = 0;
     }
 }
