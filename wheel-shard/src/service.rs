@@ -208,7 +208,8 @@ impl TimerService {
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
     /// fixed rate: run `n` is due at `start + n·period` however long the runs take. When a run
     /// ends after later deadlines have passed, those runs are skipped (no catch-up burst) and
-    /// the next one keeps the phase. A run that panics ends the timer.
+    /// the next one keeps the phase. A run that panics ends the timer. A run may move its own
+    /// next run with [`TimerService::reschedule`] (a back-off, jitter), which sets a new phase.
     pub fn schedule_repeating(
         &self,
         period: Duration,
@@ -312,11 +313,43 @@ impl TimerService {
         true
     }
 
-    /// Moves a pending timer's deadline to `delay` from now, earlier or later (for a repeating
-    /// timer: its next run). `false` when it already fired, is running, was cancelled, or the
-    /// id is unknown (another service's, or its timer ended), or the service is shutting down
-    /// (its timers are on their way back); then nothing changes. Postponing costs no wake-up
-    /// and no message: the timer's reference finds the new deadline when the old one comes.
+    /// Moves a pending timer's deadline to `delay` from now, earlier or later. For a repeating
+    /// timer it moves the next run, also while a run is in progress (from its own callback,
+    /// say, to back off or to add jitter): that run's next is due `delay` from now, and the runs
+    /// after it keep the period from there. `false` when a one-shot already fired or is
+    /// running, the timer was cancelled, the id is unknown (another service's, or its timer
+    /// ended), or the service is shutting down (its timers are on their way back); then
+    /// nothing changes. Postponing costs no wake-up and no message: the timer's reference finds
+    /// the new deadline when the old one comes.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::{Arc, OnceLock};
+    /// use std::time::Duration;
+    /// use wheel_shard::{Config, TimerService, TimerId};
+    ///
+    /// let timers = TimerService::new(Config { shards: 1, ..Config::default() }).unwrap();
+    /// // A probe that backs off: each run doubles the wait before the next.
+    /// let me: Arc<OnceLock<TimerId>> = Arc::default();
+    /// let runs = Arc::new(AtomicU32::new(0));
+    /// let id = timers
+    ///     .schedule_repeating(Duration::from_millis(2), {
+    ///         let (timers, me, runs) = (timers.clone(), me.clone(), runs.clone());
+    ///         move || {
+    ///             let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+    ///             if let Some(&id) = me.get() {
+    ///                 assert!(timers.reschedule(id, Duration::from_millis(2 << n)));
+    ///             }
+    ///         }
+    ///     })
+    ///     .unwrap();
+    /// me.set(id).unwrap();
+    /// while runs.load(Ordering::SeqCst) < 3 {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert!(timers.cancel(id));
+    /// # drop(timers.shutdown());
+    /// ```
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
         // Once a shutdown has begun, its timers are on their way back by their records: a move
         // now could only send a notice no thread reads any more.
@@ -329,7 +362,8 @@ impl TimerService {
         let deadline = self.core().clock.deadline_after(delay);
         match record.reschedule(id.gen(), deadline) {
             None => false,
-            Some(Moved::Later) => true,
+            // Later, or a repeating timer's next run that its worker arms when the run ends.
+            Some(Moved::Later | Moved::NextRun) => true,
             Some(Moved::Earlier) => {
                 let slot = id.slot();
                 shard.notify(Notice::Earlier(Placement { deadline, slot }));

@@ -470,9 +470,10 @@ fn every_call_from_a_callback_works_under_virtual_time() {
     });
 }
 
-// Guards: a repeating timer that reschedules itself during its run gets `false` (documented:
-// it is running) and keeps its period; one that cancels itself gets `true` once, and then
-// `false` for cancel and reschedule; it runs no more and is counted cancelled once.
+// Guards: a repeating timer that reschedules itself during its run gets `true` and its next
+// run moves there (documented: a back-off from inside the run); one that cancels itself gets
+// `true` once, and then `false` for cancel and reschedule; it runs no more and is counted
+// cancelled once.
 #[test]
 fn a_repeating_timer_rescheduling_and_cancelling_itself_during_its_run() {
     within(SOON, || {
@@ -495,7 +496,7 @@ fn a_repeating_timer_rescheduling_and_cancelling_itself_during_its_run() {
                     if run == 1 {
                         answers.push((
                             "reschedule",
-                            service.reschedule(id, Duration::from_secs(3600)),
+                            service.reschedule(id, Duration::from_millis(30)),
                         ));
                     } else if run == 2 {
                         answers.push(("cancel", service.cancel(id)));
@@ -508,14 +509,20 @@ fn a_repeating_timer_rescheduling_and_cancelling_itself_during_its_run() {
         own.set(id).unwrap();
         clock.advance(Duration::from_millis(15));
         assert_eq!(runs.load(Ordering::SeqCst), 1);
-        clock.advance(Duration::from_millis(5));
-        assert_eq!(runs.load(Ordering::SeqCst), 2, "its period was kept");
+        clock.advance(Duration::from_millis(24)); // 39 ms: the period's 20 and 30 passed
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "moved to 40 ms, not the period's 20"
+        );
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "at the moved deadline");
         clock.advance(Duration::from_millis(100));
         assert_eq!(runs.load(Ordering::SeqCst), 2, "cancelled during its run");
         assert_eq!(
             *answers.lock().unwrap(),
             [
-                ("reschedule", false),
+                ("reschedule", true),
                 ("cancel", true),
                 ("cancel again", false),
                 ("reschedule after", false),

@@ -125,6 +125,89 @@ fn repeating_timers_keep_the_fixed_rate() {
     assert_eq!(timers.shutdown().len(), 1, "still pending: handed back");
 }
 
+/// A repeating timer that moves its own next run from its callback (an exponential back-off:
+/// 1, 2, 4, 8 s after each run) runs exactly there, and the period takes over from the last
+/// move: the runs after a move keep the period from the moved one.
+#[test]
+fn a_repeating_timer_moves_its_own_next_run() {
+    let (timers, clock) = manual(2, 2);
+    let start = clock.now();
+    let ran_at = Arc::new(Mutex::new(Vec::new()));
+    let me = Arc::new(std::sync::OnceLock::new());
+    let id = timers
+        .schedule_repeating(Duration::from_secs(1), {
+            let (timers, clock, me, ran_at) = (
+                timers.clone(),
+                clock.clone(),
+                Arc::clone(&me),
+                Arc::clone(&ran_at),
+            );
+            move || {
+                let mut ran_at = ran_at.lock().unwrap();
+                ran_at.push(clock.now().duration_since(start).as_secs());
+                let n = ran_at.len() as u32;
+                if n <= 3 {
+                    let id = *me.get().expect("set before the first run");
+                    assert!(timers.reschedule(id, Duration::from_secs(2u64.pow(n))));
+                }
+            }
+        })
+        .unwrap();
+    me.set(id).unwrap();
+    while clock.now().duration_since(start) < Duration::from_secs(20) {
+        clock.advance(Duration::from_millis(500));
+    }
+    // 1; then 1 + 2 = 3; 3 + 4 = 7; 7 + 8 = 15; then the period of 1 s again from 15.
+    assert_eq!(*ran_at.lock().unwrap(), [1, 3, 7, 15, 16, 17, 18, 19, 20]);
+    assert!(timers.cancel(id));
+    assert!(timers.shutdown().is_empty());
+}
+
+/// A reschedule from another thread while a repeating timer's run is in progress moves the
+/// next run as it would between runs; a cancel after it still ends the timer at the run's end.
+#[test]
+fn a_reschedule_during_a_run_from_another_thread_moves_the_next_run() {
+    let (timers, clock) = manual(1, 1);
+    let start = clock.now();
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let id = timers
+        .schedule_repeating(Duration::from_secs(10), {
+            let (clock, runs) = (clock.clone(), Arc::clone(&runs));
+            move || {
+                let at = clock.now().duration_since(start).as_secs();
+                runs.lock().unwrap().push(at);
+                if at == 10 {
+                    entered_tx.send(()).unwrap();
+                    release_rx.lock().unwrap().recv().unwrap();
+                }
+            }
+        })
+        .unwrap();
+    let advancing = {
+        let clock = clock.clone();
+        std::thread::spawn(move || clock.advance(Duration::from_secs(10)))
+    };
+    entered.recv().unwrap();
+    // The first run (at 10 s) is in progress: its next run moves to 3 s from now (13 s).
+    assert!(timers.reschedule(id, Duration::from_secs(3)));
+    release.send(()).unwrap();
+    advancing.join().unwrap();
+    clock.advance(Duration::from_secs(12)); // to 22 s: runs at 13 (moved), then 23 is ahead
+    assert_eq!(*runs.lock().unwrap(), [10, 13]);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [10, 13, 23],
+        "the period from the moved run"
+    );
+    assert!(timers.cancel(id));
+    assert!(!timers.reschedule(id, Duration::from_secs(1)), "ended");
+    assert!(timers.shutdown().is_empty());
+}
+
 #[test]
 fn advance_to_next_walks_deadline_by_deadline() {
     let (timers, clock) = manual(2, 1);

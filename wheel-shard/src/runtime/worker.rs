@@ -257,8 +257,9 @@ fn execute_repeating(
         let period = task.period().unwrap_or(1);
         let next = next_run(deadline, period, core.clock.now());
         match record.finish_run(gen, next, task) {
-            Ok(_) => shard.notify(Notice::Place(Placement {
-                deadline: next,
+            // `next`, or where a reschedule during the run moved it.
+            Ok(deadline) => shard.notify(Notice::Place(Placement {
+                deadline,
                 slot: run.timer.slot,
             })),
             Err(task) => end_repeating(core, shard, run.timer.slot, task),

@@ -6,8 +6,9 @@
 //!   FREE ─────────────────────▶ SCHEDULED ───────────────────────────────▶ retired: FREE, gen+1
 //!    ▲                            │  ▲  │ ╲  worker: claim (repeating)
 //!    │ cancel() (takes the task)  │  │  │  ╲───────────────▶ RUNNING ── finish_run ──▶ SCHEDULED
-//!    └────────────────────────────┘  │  │                      │ cancel(): the run is the last
-//!         reschedule(): LOCKED bit ──┘  │                      ▼
+//!    └────────────────────────────┘  │  │                      │   (at the deadline a reschedule()
+//!         reschedule(): LOCKED bit ──┘  │                      │    during the run left, MOVED)
+//!                                       │                      ▼ cancel(): the run is the last
 //!                                       └─ shutdown's pass  CANCELLED ── finish_run ──▶ retired
 //! ```
 //!
@@ -20,7 +21,10 @@
 //!   LOCKED bit, taken with a CAS on the whole word; so `cancel` returning `true` and a worker
 //!   firing the timer exclude each other, and no worker fires on a deadline a `reschedule` is
 //!   replacing. A repeating timer's task is out of its record while RUNNING: the worker that
-//!   runs it owns it, and a `cancel` then only marks the record CANCELLED.
+//!   runs it owns it, and a `cancel` then only marks the record CANCELLED. A `reschedule`
+//!   during the run (from its own callback or elsewhere) writes the next run's deadline under
+//!   the LOCKED bit and sets MOVED; `finish_run` takes the record's LOCKED bit too, and arms
+//!   the next run at that deadline instead of the period's.
 //! - What the wheel holds is a *reference*: (deadline, record). Its *ticket* is the low 8
 //!   bits of its deadline, so the wheel stores nothing for it (a slot's array keeps those bits
 //!   anyway). The record's word keeps the ticket of its one live reference; a new one is
@@ -55,6 +59,9 @@ const RUNNING: u64 = 2;
 const CANCELLED: u64 = 3;
 const LOCKED: u64 = 1 << 3;
 const REPEATING: u64 = 1 << 4;
+/// A repeating timer's run is in progress and a `reschedule` set its next run's deadline in
+/// the record: `finish_run` arms it there.
+const MOVED: u64 = 1 << 5;
 const TICKET_SHIFT: u32 = 8;
 const TICKET: u64 = 0xff << TICKET_SHIFT;
 /// The offset of a record's last byte: a record may straddle two cache lines.
@@ -134,6 +141,9 @@ pub(crate) enum Moved {
     Later,
     /// Earlier: a new reference at the new deadline goes to the tick thread.
     Earlier,
+    /// A repeating timer's run is in progress: its next run is armed at the new deadline
+    /// when the run returns (by the worker, which places its reference then).
+    NextRun,
 }
 
 /// One timer's record (see the module doc). 48 bytes, 16-byte aligned: four records to three
@@ -312,10 +322,19 @@ impl Record {
         }
     }
 
-    /// Moves the pending timer of generation `gen` to `deadline`; `None` when it is not
-    /// pending (it ran or is running, was cancelled, or the id is stale).
+    /// Moves the pending timer of generation `gen` to `deadline`, or a repeating timer's next
+    /// run while one is in progress; `None` when it is neither (it ran or a one-shot is
+    /// running, it was cancelled, or the id is stale).
     pub(crate) fn reschedule(&self, gen: u64, deadline: u64) -> Option<Moved> {
-        let word = self.lock_if(|word| generation(word) == gen && word & STATE == SCHEDULED)?;
+        let word = self.lock_if(|word| {
+            generation(word) == gen && matches!(word & STATE, SCHEDULED | RUNNING)
+        })?;
+        if word & STATE == RUNNING {
+            // The run's own deadline is the worker's copy: the field is free for the next.
+            self.deadline.store(deadline, Ordering::Relaxed);
+            self.word.store(word | MOVED, Ordering::Release);
+            return Some(Moved::NextRun);
+        }
         let old = self.deadline.load(Ordering::Relaxed);
         self.deadline.store(deadline, Ordering::Relaxed);
         let (word, moved) = if deadline < old {
@@ -356,44 +375,46 @@ impl Record {
     }
 
     /// After a repeating timer's run: puts its task back and schedules its next run at
-    /// `deadline`, returning the new reference's ticket; or, when it was cancelled during the
-    /// run, retires the record and gives the task back to be dropped.
-    pub(crate) fn finish_run(&self, gen: u64, deadline: u64, task: Task) -> Result<Ticket, Task> {
-        let word = self.word.load(Ordering::Acquire);
-        debug_assert_eq!(generation(word), gen);
-        if word & STATE != RUNNING {
+    /// `deadline` (the period's), or where a `reschedule` during the run moved it, returning
+    /// the deadline the new reference is due at; or, when it was cancelled during the run,
+    /// retires the record and gives the task back to be dropped.
+    pub(crate) fn finish_run(&self, gen: u64, deadline: u64, task: Task) -> Result<u64, Task> {
+        // RUNNING belongs to this worker; a cancel or a reschedule may change the word
+        // meanwhile, each holding the LOCKED bit or with a CAS, so the worker takes the bit
+        // too before it reads the deadline (a moved one) and publishes the task.
+        let Some(word) = self.lock_if(|word| word & STATE == RUNNING) else {
+            // CANCELLED: the record is still this worker's, and nothing else changes it.
+            let word = self.word.load(Ordering::Acquire);
+            debug_assert_eq!((generation(word), word & STATE), (gen, CANCELLED));
             self.word.store(retired(word), Ordering::Release);
             return Err(task);
-        }
-        // RUNNING belongs to this worker: only a cancel may change the word meanwhile, and it
-        // finds nothing to take until the CAS below publishes the task.
+        };
+        debug_assert_eq!(generation(word), gen);
+        let deadline = match word & MOVED {
+            0 => deadline,
+            _ => self.deadline.load(Ordering::Relaxed),
+        };
         self.put_task(task);
         self.deadline.store(deadline, Ordering::Relaxed);
-        if self
-            .word
-            .compare_exchange(
-                word,
-                with_ticket_for(with_state(word, SCHEDULED), deadline),
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            return Ok(ticket_of(deadline));
-        }
-        // Cancelled just now: the record is still this worker's.
-        let task = self.take_task();
-        self.word.store(retired(word), Ordering::Release);
-        Err(task)
+        let armed = with_ticket_for(with_state(word & !MOVED, SCHEDULED), deadline);
+        self.word.store(armed, Ordering::Release);
+        Ok(deadline)
     }
 
     /// Ends a repeating timer whose run the worker holds without re-arming it (it panicked, or
     /// the service has shut down). Returns whether a `cancel` came first (and counted it).
     pub(crate) fn end_run(&self, gen: u64) -> bool {
+        let backoff = Backoff::new();
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             debug_assert_eq!(generation(word), gen);
             debug_assert!(matches!(word & STATE, RUNNING | CANCELLED));
+            if word & LOCKED != 0 {
+                // A reschedule of the next run is writing the deadline.
+                spin_wait(&backoff);
+                word = self.word.load(Ordering::Acquire);
+                continue;
+            }
             match self.word.compare_exchange(
                 word,
                 retired(word),
@@ -623,10 +644,10 @@ mod tests {
             matches!(record.claim(ticket, 5), Claim::Stale),
             "running: not again"
         );
-        assert_eq!(record.reschedule(gen, 50), None, "running: not pending");
         task.run_again();
-        let ticket = record.finish_run(gen, 10, task).expect("re-armed");
-        let Claim::Fire { mut task, .. } = record.claim(ticket, 10) else {
+        let next = record.finish_run(gen, 10, task).expect("re-armed");
+        assert_eq!(next, 10);
+        let Claim::Fire { mut task, .. } = record.claim(ticket_of(next), 10) else {
             panic!("due again")
         };
         assert!(matches!(record.cancel(gen), Cancelled::DuringRun));
@@ -635,6 +656,44 @@ mod tests {
         assert!(record.finish_run(gen, 15, task).is_err(), "cancelled: ends");
         assert_eq!(runs.load(O::SeqCst), 2);
         assert_eq!(record.generation(), gen + 1);
+    }
+
+    /// A reschedule during a repeating timer's run moves the next run there, whatever the
+    /// period says; the runs after it keep the period from the moved one, and a cancel after
+    /// the move still ends the timer at its run's end.
+    #[test]
+    fn a_reschedule_during_a_run_moves_the_next_run() {
+        let record = Record::new();
+        let (gen, ticket) = record.arm(5, Task::every(|| {}, 5));
+        let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+            panic!("due")
+        };
+        assert_eq!(record.reschedule(gen, 40), Some(Moved::NextRun));
+        assert_eq!(
+            record.reschedule(gen, 30),
+            Some(Moved::NextRun),
+            "the last wins"
+        );
+        assert_eq!(record.finish_run(gen, 10, task).ok(), Some(30));
+        assert!(matches!(record.claim(ticket_of(10), 10), Claim::Stale));
+        let Claim::Fire { task, deadline, .. } = record.claim(ticket_of(30), 30) else {
+            panic!("due at the moved deadline")
+        };
+        assert_eq!(deadline, 30);
+        assert_eq!(
+            record.finish_run(gen, 35, task).ok(),
+            Some(35),
+            "not moved again"
+        );
+        let Claim::Fire { task, .. } = record.claim(ticket_of(35), 35) else {
+            panic!("due")
+        };
+        assert_eq!(record.reschedule(gen, 99), Some(Moved::NextRun));
+        assert!(matches!(record.cancel(gen), Cancelled::DuringRun));
+        assert_eq!(record.reschedule(gen, 98), None, "cancelled");
+        assert!(record.finish_run(gen, 40, task).is_err());
+        assert_eq!(record.generation(), gen + 1);
+        assert_eq!(record.reschedule(gen, 97), None, "ended");
     }
 
     #[test]
@@ -792,7 +851,7 @@ mod loom_models {
             if let Claim::Fire { task, .. } = record.claim(ticket, 5) {
                 runs += 1;
                 if let Ok(next) = record.finish_run(gen, 10, task) {
-                    if let Claim::Fire { task, .. } = record.claim(next, 10) {
+                    if let Claim::Fire { task, .. } = record.claim(ticket_of(next), 10) {
                         runs += 1;
                         let _ = record.finish_run(gen, 15, task);
                     }
@@ -802,6 +861,64 @@ mod loom_models {
             assert!(cancelled, "a repeating timer is always cancellable");
             assert!(runs <= 2);
             assert_eq!(record.generation(), gen + 1, "ended exactly once");
+        });
+    }
+
+    /// A reschedule races the end of a repeating timer's run: whichever comes first, the next
+    /// run is due at the rescheduled deadline, through the one live reference the worker
+    /// places (moved during the run) or its later claim finds (moved after the re-arm).
+    #[test]
+    fn reschedule_versus_finish_run() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(true);
+            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+                panic!("due")
+            };
+            let rescheduler = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || record.reschedule(gen, 100))
+            };
+            let next = record.finish_run(gen, 10, task).expect("not cancelled");
+            let moved = rescheduler.join().unwrap();
+            match (moved, next) {
+                (Some(Moved::NextRun), 100) => assert!(matches!(
+                    record.claim(ticket_of(100), 100),
+                    Claim::Fire { deadline: 100, .. }
+                )),
+                (Some(Moved::Later), 10) => assert!(matches!(
+                    record.claim(ticket_of(10), 10),
+                    Claim::Later { deadline: 100 }
+                )),
+                other => panic!("unexpected {other:?}"),
+            }
+        });
+    }
+
+    /// A reschedule and then a cancel race the end of a repeating timer's run: the cancel
+    /// always succeeds, the timer ends exactly once, and no run is armed after the cancel.
+    /// (The two calls come from one thread: each excludes the other by the LOCKED bit, as on a
+    /// pending timer, and a third thread's spinning makes loom's search unbounded.)
+    #[test]
+    fn reschedule_then_cancel_versus_finish_run() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(true);
+            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+                panic!("due")
+            };
+            let other = {
+                let record = Arc::clone(&record);
+                thread::spawn(move || (record.reschedule(gen, 100), record.cancel(gen)))
+            };
+            let next = record.finish_run(gen, 10, task);
+            let (moved, cancelled) = other.join().unwrap();
+            match (&next, &moved, &cancelled) {
+                (Err(_), Some(Moved::NextRun), Cancelled::DuringRun) => {}
+                (Ok(100), Some(Moved::NextRun), Cancelled::Now(_)) => {}
+                (Ok(10), Some(Moved::Later), Cancelled::Now(_)) => {}
+                _ => panic!("{:?} {moved:?} {cancelled:?}", next.ok()),
+            }
+            assert_eq!(record.generation(), gen + 1, "ended exactly once");
+            assert!(record.hand_back_pending().is_none(), "nothing left armed");
         });
     }
 
