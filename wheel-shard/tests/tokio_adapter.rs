@@ -370,3 +370,138 @@ async fn sleep_and_timeout_follow_a_manual_clock() {
         .unwrap();
     assert_eq!(timeout.await, Err(Elapsed::Deadline));
 }
+
+/// Moves the manual clock by `by` on a blocking thread (`advance` waits for the callbacks).
+async fn advance(clock: &wheel_shard::ManualClock, by: Duration) {
+    let clock = clock.clone();
+    tokio::task::spawn_blocking(move || clock.advance(by))
+        .await
+        .unwrap();
+}
+
+/// `Sleep::reset` in virtual time: while pending it postpones (and brings forward) the
+/// deadline; after completion it makes the sleep pending again until the new deadline; and a
+/// task waiting on a reset sleep is woken at the new deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_moves_a_sleep_pending_or_completed() {
+    let (timers, clock) = TimerService::with_manual_clock(Config {
+        shards: 2,
+        executor_threads: 2,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut sleep = timers.sleep(Duration::from_secs(10));
+    assert!(!poll_once(&mut sleep).await);
+    advance(&clock, Duration::from_secs(6)).await;
+    sleep.reset(Duration::from_secs(10)); // due at 16 s now
+    advance(&clock, Duration::from_secs(9)).await; // 15 s
+    assert!(!poll_once(&mut sleep).await, "postponed past 10 s");
+    sleep.reset(Duration::from_secs(2)); // brought forward: due at 17 s, not 25
+    advance(&clock, Duration::from_secs(1)).await; // 16 s
+    assert!(!poll_once(&mut sleep).await, "16 s: not before 17");
+    advance(&clock, Duration::from_secs(1)).await; // 17 s
+    assert!(poll_once(&mut sleep).await, "17 s: due");
+    // Completed: a reset makes it pending again.
+    sleep.reset(Duration::from_secs(5));
+    assert!(!poll_once(&mut sleep).await, "pending again after a reset");
+    advance(&clock, Duration::from_secs(5)).await;
+    assert!(poll_once(&mut sleep).await);
+    // A task that resets its sleep inside a poll (as a `select!` arm does) and then waits on
+    // it is woken at the new deadline, not at the old one.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let waiter = tokio::spawn(async move {
+        let mut sleep = timers.sleep(Duration::from_secs(1));
+        let _ = poll_once(&mut sleep).await;
+        tx.send(()).unwrap();
+        // Wait until woken by the reset sleep's timer.
+        let start_polls = std::sync::atomic::AtomicUsize::new(0);
+        poll_fn(|cx| {
+            start_polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if start_polls.load(std::sync::atomic::Ordering::SeqCst) == 1 {
+                sleep.reset(Duration::from_secs(3));
+            }
+            Pin::new(&mut sleep).poll(cx)
+        })
+        .await
+        .unwrap();
+        timers
+    });
+    rx.await.unwrap();
+    advance(&clock, Duration::from_secs(2)).await;
+    assert!(!waiter.is_finished(), "reset to 3 s: not at 2");
+    advance(&clock, Duration::from_secs(1)).await;
+    let timers = tokio::time::timeout(LOST_WAKEUP, waiter)
+        .await
+        .expect("the reset sleep woke its task")
+        .unwrap();
+    assert_eq!(timers.stats().pending, 0);
+}
+
+/// `Sleep::reset` on a sleep the service refused asks again, and on a shut-down service
+/// resolves to the refusal instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_after_a_refusal_asks_again() {
+    let timers = service_with(Config {
+        max_pending: Some(1),
+        ..Config::default()
+    });
+    let hold = timers.sleep(Duration::from_secs(60));
+    let mut refused = timers.sleep(Duration::from_millis(1));
+    assert_eq!(
+        (&mut refused).await,
+        Err(TimerError::Refused(ScheduleError::TooManyPending {
+            limit: 1
+        }))
+    );
+    drop(hold); // cancels: room for one again
+    assert!(common::eventually(common::SOON, || timers.pending() == 0));
+    refused.reset(Duration::from_millis(20));
+    let start = Instant::now();
+    assert_eq!((&mut refused).await, Ok(()));
+    assert!(start.elapsed() >= Duration::from_millis(20), "never early");
+    drop(timers.shutdown());
+    refused.reset(Duration::from_millis(1));
+    assert_eq!(
+        (&mut refused).await,
+        Err(TimerError::Refused(ScheduleError::Shutdown))
+    );
+}
+
+/// Resets racing the timer's firing, from many tasks at once in real time: a sleep always
+/// completes, and never before `delay` after its last reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resets_racing_the_deadline_are_never_early() {
+    let timers = service();
+    let tasks: Vec<_> = (0..200)
+        .map(|t| {
+            let timers = timers.clone();
+            tokio::spawn(async move {
+                let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(t);
+                let mut sleep = timers.sleep(Duration::from_millis(rng.random_range(0..3)));
+                let mut last_reset = Instant::now();
+                let mut delay = Duration::ZERO;
+                for _ in 0..20 {
+                    // Wait about as long as the deadline, so a reset often meets the firing.
+                    tokio::time::sleep(Duration::from_micros(rng.random_range(0..3_000))).await;
+                    delay = Duration::from_micros(rng.random_range(0..3_000));
+                    last_reset = Instant::now();
+                    sleep.reset(delay);
+                }
+                tokio::time::timeout(LOST_WAKEUP * 5, &mut sleep)
+                    .await
+                    .unwrap_or_else(|_| panic!("task {t}: a reset sleep never completed"))
+                    .unwrap();
+                let waited = last_reset.elapsed();
+                assert!(
+                    waited >= delay,
+                    "task {t}: {waited:?} after a reset to {delay:?}"
+                );
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(common::eventually(common::SOON, || timers.pending() == 0));
+}

@@ -172,6 +172,68 @@ impl Drop for Sleep {
     }
 }
 
+impl Sleep {
+    /// Moves the deadline to `delay` from now, whatever the sleep's state: pending, completed
+    /// (it completes again), or refused (the timer is asked for again). It then completes after
+    /// `delay`, never earlier, as a new [`TimerService::sleep`] would, and a task that polled
+    /// it before is woken by the new deadline without polling again first.
+    ///
+    /// While its timer is pending this is a [`TimerService::reschedule`]: postponing costs no
+    /// wake-up and no message, which suits an idle timeout reset on every read. Otherwise (the
+    /// timer fired, or is firing as this runs) a new timer takes its place, scheduled without
+    /// blocking: a refusal resolves the next poll to [`TimerError::Refused`]. An outcome of
+    /// the old timer that has not been polled yet is dropped.
+    ///
+    /// ```
+    /// # async fn connection(timers: wheel_shard::TimerService) {
+    /// use std::time::Duration;
+    /// let idle = timers.sleep(Duration::from_secs(30));
+    /// tokio::pin!(idle);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut idle => break, // 30 s without a read: close
+    ///         read = next_read() => {
+    ///             if !read { break; }
+    ///             idle.as_mut().get_mut().reset(Duration::from_secs(30));
+    ///         }
+    ///     }
+    /// }
+    /// # }
+    /// # async fn next_read() -> bool { false }
+    /// ```
+    pub fn reset(&mut self, delay: Duration) {
+        if let Some(id) = self.timer {
+            // A timer whose outcome is in may still be counted pending for a moment: its
+            // callback has settled the signal and is returning.
+            let pending = self.signal.state.load(Ordering::Acquire) == PENDING;
+            if pending && self.timers.reschedule(id, delay) {
+                return;
+            }
+        }
+        // The old timer ran, is running, was refused or dropped: its callback (if it is still
+        // on its way) settles the old signal, which nobody polls any more.
+        let waker = self.signal.take_waker();
+        if let Some(id) = self.timer.take() {
+            self.timers.cancel(id);
+        }
+        *self = self.timers.sleep(delay);
+        if let Some(waker) = waker {
+            *self
+                .signal
+                .waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(waker);
+            // The new timer may have settled before its waker was in, or been refused: the
+            // task has an outcome to poll.
+            if self.refused.is_some() || self.signal.state.load(Ordering::Acquire) != PENDING {
+                if let Some(waker) = self.signal.take_waker() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Sleep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sleep")
