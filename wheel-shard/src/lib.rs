@@ -142,7 +142,7 @@ pub use adapters::futures::{Elapsed, Sleep, Timeout, TimerError};
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
 pub use runtime::manual_clock::ManualClock;
-pub use service::TimerService;
+pub use service::{TimerService, WeakTimerService};
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,59 @@ use crate::Config;
 #[derive(Clone)]
 pub struct TimerService {
     handle: Arc<Handle>,
+}
+
+/// A handle that does not keep the service running: [`TimerService::downgrade`] makes one,
+/// and [`WeakTimerService::upgrade`] gives the service back while a [`TimerService`] clone
+/// still exists somewhere.
+///
+/// For callbacks that act on their own service. A callback that captures a `TimerService`
+/// keeps the service alive as long as the callback exists: a one-shot's until it runs, a
+/// repeating timer's until the timer ends, so a repeating timer holding its own service
+/// never lets dropping the application's handles shut the service down. Capture a
+/// `WeakTimerService` instead:
+///
+/// ```
+/// use std::sync::{Arc, OnceLock};
+/// use std::time::Duration;
+/// use wheel_shard::{Config, TimerId, TimerService};
+///
+/// let timers = TimerService::new(Config { shards: 1, ..Config::default() }).unwrap();
+/// let me: Arc<OnceLock<TimerId>> = Arc::default();
+/// let id = timers
+///     .schedule_repeating(Duration::from_millis(10), {
+///         let (service, me) = (timers.downgrade(), me.clone());
+///         move || {
+///             // A back-off: the next run 50 ms from now, while the service is up.
+///             if let (Some(timers), Some(&id)) = (service.upgrade(), me.get()) {
+///                 timers.reschedule(id, Duration::from_millis(50));
+///             }
+///         }
+///     })
+///     .unwrap();
+/// me.set(id).unwrap();
+/// drop(timers); // the last strong handle: the service shuts down, its threads stop
+/// ```
+#[derive(Clone)]
+pub struct WeakTimerService {
+    handle: Weak<Handle>,
+}
+
+impl WeakTimerService {
+    /// The service, unless every [`TimerService`] clone has been dropped (it has shut down, or
+    /// is shutting down). The handle returned keeps it running while it lives: drop it
+    /// before the callback returns.
+    pub fn upgrade(&self) -> Option<TimerService> {
+        self.handle.upgrade().map(|handle| TimerService { handle })
+    }
+}
+
+impl fmt::Debug for WeakTimerService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakTimerService")
+            .field("alive", &(self.handle.strong_count() > 0))
+            .finish()
+    }
 }
 
 /// Owns the threads; its drop (the last `TimerService` clone going away) shuts down.
@@ -147,6 +200,14 @@ impl TimerService {
         })
     }
 
+    /// A handle to this service that does not keep it running (see [`WeakTimerService`]):
+    /// what a callback that acts on its own service should capture.
+    pub fn downgrade(&self) -> WeakTimerService {
+        WeakTimerService {
+            handle: Arc::downgrade(&self.handle),
+        }
+    }
+
     fn core(&self) -> &Core {
         &self.handle.core
     }
@@ -209,7 +270,10 @@ impl TimerService {
     /// fixed rate: run `n` is due at `start + n·period` however long the runs take. When a run
     /// ends after later deadlines have passed, those runs are skipped (no catch-up burst) and
     /// the next one keeps the phase. A run that panics ends the timer. A run may move its own
-    /// next run with [`TimerService::reschedule`] (a back-off, jitter), which sets a new phase.
+    /// next run with [`TimerService::reschedule`] (a back-off, jitter), which sets a new phase;
+    /// so does a reschedule right after this call, for a first run at another delay than the
+    /// period. A callback that uses its own service should capture a [`WeakTimerService`]: a
+    /// strong handle in a repeating callback keeps the service running until the timer ends.
     pub fn schedule_repeating(
         &self,
         period: Duration,
@@ -329,15 +393,16 @@ impl TimerService {
     /// use wheel_shard::{Config, TimerService, TimerId};
     ///
     /// let timers = TimerService::new(Config { shards: 1, ..Config::default() }).unwrap();
-    /// // A probe that backs off: each run doubles the wait before the next.
+    /// // A probe that backs off: each run doubles the wait before the next. It holds a weak
+    /// // handle, so that it does not keep the service running (see `WeakTimerService`).
     /// let me: Arc<OnceLock<TimerId>> = Arc::default();
     /// let runs = Arc::new(AtomicU32::new(0));
     /// let id = timers
     ///     .schedule_repeating(Duration::from_millis(2), {
-    ///         let (timers, me, runs) = (timers.clone(), me.clone(), runs.clone());
+    ///         let (service, me, runs) = (timers.downgrade(), me.clone(), runs.clone());
     ///         move || {
     ///             let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-    ///             if let Some(&id) = me.get() {
+    ///             if let (Some(timers), Some(&id)) = (service.upgrade(), me.get()) {
     ///                 assert!(timers.reschedule(id, Duration::from_millis(2 << n)));
     ///             }
     ///         }

@@ -824,3 +824,77 @@ fn realtime_ticks_run_the_tick_threads_under_sched_fifo_where_the_os_allows_it()
         "real-time tick threads outlive their service"
     );
 }
+
+/// A repeating timer that reschedules itself through a `WeakTimerService` does not keep the
+/// service running: dropping the application's last handle shuts it down (the timer's
+/// callback is dropped, nothing runs any more, `upgrade` says so); the same timer holding a
+/// strong handle keeps the service up until it is cancelled.
+#[test]
+fn a_weak_handle_in_a_repeating_callback_lets_the_service_shut_down() {
+    fn backing_off(
+        timers: &TimerService,
+        strong: bool,
+    ) -> (TimerId, Arc<AtomicUsize>, Arc<AtomicBool>) {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (dropped, guard) = common::flag();
+        let me = Arc::new(std::sync::OnceLock::new());
+        let weak = timers.downgrade();
+        let held = strong.then(|| timers.clone());
+        let id = timers
+            .schedule_repeating(Duration::from_millis(2), {
+                let (runs, me) = (Arc::clone(&runs), Arc::clone(&me));
+                move || {
+                    let _ = &guard;
+                    let _ = &held;
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    if let (Some(timers), Some(&id)) = (weak.upgrade(), me.get()) {
+                        assert!(timers.reschedule(id, Duration::from_millis(3)));
+                    }
+                }
+            })
+            .unwrap();
+        me.set(id).unwrap();
+        (id, runs, dropped)
+    }
+
+    let timers = service();
+    let weak = timers.downgrade();
+    let (_, runs, dropped) = backing_off(&timers, false);
+    assert!(eventually(SOON, || runs.load(Ordering::SeqCst) >= 3));
+    drop(timers);
+    // A run in progress may hold the last strong handle for a moment (its `upgrade`): the
+    // service shuts down when that run lets go of it.
+    assert!(
+        eventually(SOON, || weak.upgrade().is_none()),
+        "the last strong handle is gone"
+    );
+    assert!(
+        eventually(SOON, || dropped.load(Ordering::SeqCst)),
+        "shut down: the callback was dropped"
+    );
+    let after = runs.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        after,
+        "nothing runs after the shutdown"
+    );
+
+    let timers = service();
+    let weak = timers.downgrade();
+    let (id, runs, dropped) = backing_off(&timers, true);
+    let keeper = timers.clone();
+    drop(timers);
+    assert!(eventually(SOON, || runs.load(Ordering::SeqCst) >= 3));
+    assert!(
+        weak.upgrade().is_some(),
+        "a strong handle in the callback keeps it up"
+    );
+    assert!(keeper.cancel(id));
+    drop(keeper);
+    assert!(
+        eventually(SOON, || weak.upgrade().is_none()),
+        "cancelled: the callback and its handle went, and the service with them"
+    );
+    assert!(dropped.load(Ordering::SeqCst));
+}
