@@ -39,6 +39,14 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
+/// Moves the manual clock by `by` on a blocking thread (`advance` waits for the callbacks).
+async fn advance(clock: &wheel_shard::ManualClock, by: Duration) {
+    let clock = clock.clone();
+    tokio::task::spawn_blocking(move || clock.advance(by))
+        .await
+        .unwrap();
+}
+
 /// Stats once `settled` holds, or after 2 s. `pending` and `cancelled` are counted by the
 /// tick threads, so they trail the calls by about a tick (more on a loaded machine).
 async fn stats_once(
@@ -340,13 +348,7 @@ async fn sleeps_refused_by_a_full_ring_succeed_again_soon() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sleep_and_timeout_follow_a_manual_clock() {
-    let (timers, clock) = TimerService::with_manual_clock(Config {
-        shards: 2,
-        executor_threads: 2,
-        pin_threads: false,
-        ..Config::default()
-    })
-    .unwrap();
+    let (timers, clock) = common::manual(2, 2);
     let mut sleep = timers.sleep(Duration::from_secs(60));
     let never = std::future::pending::<()>();
     let mut timeout = Box::pin(timers.timeout(Duration::from_secs(90), never));
@@ -355,28 +357,14 @@ async fn sleep_and_timeout_follow_a_manual_clock() {
         !poll_once(&mut sleep).await,
         "real time moved a virtual sleep"
     );
-    let advancing = clock.clone();
-    tokio::task::spawn_blocking(move || advancing.advance(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    advance(&clock, Duration::from_secs(60)).await;
     assert!(poll_once(&mut sleep).await, "60 virtual seconds passed");
     assert!(
         poll_fn(|cx| Poll::Ready(timeout.as_mut().poll(cx).is_pending())).await,
         "the timeout is 90 s"
     );
-    let advancing = clock.clone();
-    tokio::task::spawn_blocking(move || advancing.advance(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    advance(&clock, Duration::from_secs(30)).await;
     assert_eq!(timeout.await, Err(Elapsed::Deadline));
-}
-
-/// Moves the manual clock by `by` on a blocking thread (`advance` waits for the callbacks).
-async fn advance(clock: &wheel_shard::ManualClock, by: Duration) {
-    let clock = clock.clone();
-    tokio::task::spawn_blocking(move || clock.advance(by))
-        .await
-        .unwrap();
 }
 
 /// `Sleep::reset` in virtual time: while pending it postpones (and brings forward) the
@@ -384,13 +372,7 @@ async fn advance(clock: &wheel_shard::ManualClock, by: Duration) {
 /// task waiting on a reset sleep is woken at the new deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_moves_a_sleep_pending_or_completed() {
-    let (timers, clock) = TimerService::with_manual_clock(Config {
-        shards: 2,
-        executor_threads: 2,
-        pin_threads: false,
-        ..Config::default()
-    })
-    .unwrap();
+    let (timers, clock) = common::manual(2, 2);
     let mut sleep = timers.sleep(Duration::from_secs(10));
     assert!(!poll_once(&mut sleep).await);
     advance(&clock, Duration::from_secs(6)).await;

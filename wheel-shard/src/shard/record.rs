@@ -770,6 +770,16 @@ mod loom_models {
         (record, gen, ticket)
     }
 
+    /// A repeating timer armed at 5 and claimed there: its run in progress, the task with
+    /// the worker.
+    fn running() -> (Arc<Record>, u64, Task) {
+        let (record, gen, ticket) = armed(true);
+        let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+            panic!("due")
+        };
+        (record, gen, task)
+    }
+
     /// cancel races a worker's claim: exactly one of "cancel returned true" and "fired".
     #[test]
     fn cancel_versus_fire() {
@@ -870,10 +880,7 @@ mod loom_models {
     #[test]
     fn reschedule_versus_finish_run() {
         loom::model(|| {
-            let (record, gen, ticket) = armed(true);
-            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
-                panic!("due")
-            };
+            let (record, gen, task) = running();
             let rescheduler = {
                 let record = Arc::clone(&record);
                 thread::spawn(move || record.reschedule(gen, 100))
@@ -901,10 +908,7 @@ mod loom_models {
     #[test]
     fn reschedule_then_cancel_versus_finish_run() {
         loom::model(|| {
-            let (record, gen, ticket) = armed(true);
-            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
-                panic!("due")
-            };
+            let (record, gen, task) = running();
             let other = {
                 let record = Arc::clone(&record);
                 thread::spawn(move || (record.reschedule(gen, 100), record.cancel(gen)))
@@ -953,10 +957,7 @@ mod loom_models {
     #[test]
     fn shutdown_versus_rearm_and_cancel() {
         loom::model(|| {
-            let (record, gen, ticket) = armed(true);
-            let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
-                panic!("due")
-            };
+            let (record, gen, task) = running();
             let worker = {
                 let record = Arc::clone(&record);
                 thread::spawn(move || record.finish_run(gen, 10, task).ok())
