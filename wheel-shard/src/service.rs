@@ -416,6 +416,32 @@ impl TimerService {
     /// # drop(timers.shutdown());
     /// ```
     pub fn reschedule(&self, id: TimerId, delay: Duration) -> bool {
+        self.move_to(id, |clock| clock.deadline_after(delay))
+    }
+
+    /// [`TimerService::reschedule`] to an instant instead of a delay: the first tick at or
+    /// after `deadline` (an instant already past is due now), as [`TimerService::schedule_at`]
+    /// takes it. Everything else is as `reschedule` says.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let (timers, clock) = TimerService::with_manual_clock(Config::default()).unwrap();
+    /// let expiry = timers.schedule_at(clock.now() + Duration::from_secs(60), || {}).unwrap();
+    /// assert!(timers.reschedule_at(expiry, clock.now() + Duration::from_secs(90)));
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(timers.pending(), 1, "moved to 90 s");
+    /// clock.advance(Duration::from_secs(30));
+    /// assert_eq!(timers.pending(), 0);
+    /// ```
+    pub fn reschedule_at(&self, id: TimerId, deadline: Instant) -> bool {
+        self.move_to(id, |clock| clock.deadline_at(deadline))
+    }
+
+    /// Moves the timer `id` names to the tick `deadline` computes, once it is known to name
+    /// one (see [`TimerService::reschedule`]).
+    fn move_to(&self, id: TimerId, deadline: impl FnOnce(&Clock) -> u64) -> bool {
         // Once a shutdown has begun, its timers are on their way back by their records: a move
         // now could only send a notice no thread reads any more.
         if self.core().closed.load(Ordering::Acquire) {
@@ -424,7 +450,7 @@ impl TimerService {
         let Some((shard, record)) = self.locate(id) else {
             return false;
         };
-        let deadline = self.core().clock.deadline_after(delay);
+        let deadline = deadline(&self.core().clock);
         match record.reschedule(id.gen(), deadline) {
             None => false,
             // Later, or a repeating timer's next run that its worker arms when the run ends.

@@ -279,6 +279,92 @@ fn reschedule_and_schedule_at_use_virtual_time() {
     );
 }
 
+/// `reschedule_at` moves a timer to an instant: later, earlier, into the past (due at the next
+/// advance), a repeating timer's next run from inside its run, and a century out (it never
+/// fires, and comes back at shutdown with that deadline); an id that ended moves nothing.
+#[test]
+fn reschedule_at_moves_timers_to_instants() {
+    let (timers, clock) = manual(2, 1);
+    let start = clock.now();
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let at = |name: &'static str| {
+        let (fired, clock) = (Arc::clone(&fired), clock.clone());
+        move || {
+            fired
+                .lock()
+                .unwrap()
+                .push((name, clock.now().duration_since(start)))
+        }
+    };
+    let later = timers
+        .schedule(Duration::from_secs(10), at("later"))
+        .unwrap();
+    let earlier = timers
+        .schedule(Duration::from_secs(10), at("earlier"))
+        .unwrap();
+    let past = timers
+        .schedule(Duration::from_secs(10), at("past"))
+        .unwrap();
+    let far = timers.schedule(Duration::from_secs(10), at("far")).unwrap();
+    assert!(timers.reschedule_at(later, start + Duration::from_secs(30)));
+    assert!(timers.reschedule_at(earlier, start + Duration::from_secs(4)));
+    clock.advance(Duration::from_secs(2));
+    assert!(timers.reschedule_at(past, start)); // already past: due now
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    assert!(timers.reschedule_at(far, start + century));
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        *fired.lock().unwrap(),
+        [("past", Duration::from_secs(2))],
+        "a past instant is due at once (the next tick)"
+    );
+    clock.advance(Duration::from_secs(28));
+    assert_eq!(
+        *fired.lock().unwrap(),
+        [
+            ("past", Duration::from_secs(2)),
+            ("earlier", Duration::from_secs(4)),
+            ("later", Duration::from_secs(30)),
+        ]
+    );
+    assert!(!timers.reschedule_at(later, start), "ended: nothing moves");
+
+    // A repeating timer's next run, moved to an instant from inside its run.
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let me = Arc::new(std::sync::OnceLock::new());
+    let id = timers
+        .schedule_repeating(Duration::from_secs(5), {
+            let (weak, clock, me, runs) = (
+                timers.downgrade(),
+                clock.clone(),
+                Arc::clone(&me),
+                Arc::clone(&runs),
+            );
+            move || {
+                let now = clock.now();
+                runs.lock().unwrap().push(now.duration_since(start));
+                if let (Some(timers), Some(&id)) = (weak.upgrade(), me.get()) {
+                    if runs.lock().unwrap().len() == 1 {
+                        assert!(timers.reschedule_at(id, start + Duration::from_secs(50)));
+                    }
+                }
+            }
+        })
+        .unwrap();
+    me.set(id).unwrap();
+    clock.advance(Duration::from_secs(30)); // from 30.001 s: runs at 35.001, 50, 55, 60
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [35_001, 50_000, 55_000, 60_000].map(Duration::from_millis),
+        "the run after the first moved to 50 s, and the period went on from there"
+    );
+    assert!(timers.cancel(id));
+    let unfired = timers.shutdown();
+    assert_eq!(unfired.len(), 1, "the century-out timer comes back");
+    assert_eq!(unfired[0].id, far);
+    assert!(unfired[0].deadline >= start + century);
+}
+
 #[test]
 fn an_hour_of_timers_takes_no_real_hour() {
     let (timers, clock) = manual(2, 2);
