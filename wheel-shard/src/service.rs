@@ -684,6 +684,14 @@ fn spawn_threads(
                 // No user code runs on a tick thread, so no shutdown runs here: the shutdown
                 // that stopped this loop joins it and takes what it hands back.
                 TickThread::new(&thread_core, shards).run()
+            })
+            .map_err(|error| {
+                let field = match core.config.tick_threads {
+                    Some(_) => "tick_threads",
+                    None => "shards",
+                };
+                let count = core.config.tick_thread_count();
+                spawn_refused(error, format!("wheel-tick-{index}"), field, count)
             })?;
         for shard in driven {
             core.shards[shard].set_thread(handle.thread().clone());
@@ -697,10 +705,65 @@ fn spawn_threads(
         let thread_core = Arc::clone(core);
         let handle = thread::Builder::new()
             .name(format!("wheel-exec-{index}"))
-            .spawn(move || worker::work(&thread_core, index, local))?;
+            .spawn(move || worker::work(&thread_core, index, local))
+            .map_err(|error| {
+                let count = core.config.executor_threads;
+                spawn_refused(
+                    error,
+                    format!("wheel-exec-{index}"),
+                    "executor_threads",
+                    count,
+                )
+            })?;
         threads.workers.push(handle);
     }
     Ok(())
+}
+
+/// The OS refused to start thread `thread`, one of the `count` that config field `field` asks
+/// for: the refusal as an `io::Error` of the same kind whose message names the thread and the
+/// field (what `ConfigError::Spawn` shows), and whose source is the OS's error.
+fn spawn_refused(
+    source: std::io::Error,
+    thread: String,
+    field: &'static str,
+    count: usize,
+) -> std::io::Error {
+    let kind = source.kind();
+    std::io::Error::new(
+        kind,
+        SpawnRefused {
+            thread,
+            field,
+            count,
+            source,
+        },
+    )
+}
+
+/// See [`spawn_refused`].
+#[derive(Debug)]
+struct SpawnRefused {
+    thread: String,
+    field: &'static str,
+    count: usize,
+    source: std::io::Error,
+}
+
+impl fmt::Display for SpawnRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, one of the {} threads config field `{}` asks for: {}",
+            self.thread, self.count, self.field, self.source
+        )
+    }
+}
+
+impl std::error::Error for SpawnRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 impl Drop for Handle {

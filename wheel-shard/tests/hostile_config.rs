@@ -1290,6 +1290,14 @@ fn a_thread_that_cannot_start_is_an_error_and_leaves_no_thread() {
         result.starts_with("Spawn") || result.starts_with("OutOfMemory"),
         "{result}"
     );
+    if result.starts_with("Spawn") {
+        // The message names the thread that could not start and the field that asked for it.
+        let message = run.report("message");
+        assert!(
+            message.contains("wheel-") && message.contains("config field `"),
+            "{message}"
+        );
+    }
     assert_eq!(run.report("threads_left"), "0");
 }
 
@@ -1309,6 +1317,7 @@ fn child_runs_out_of_threads() {
     };
     let error = TimerService::new(config).expect_err("2048 thread stacks fit in 3 GiB");
     report("result", format!("{error:?}"));
+    report("message", error.to_string());
     report("threads_left", wheel_threads());
 }
 
