@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wheel_shard::{Config, ManualClock, TimerService};
+use wheel_shard::{Config, ManualClock, TimerId, TimerService};
 
 fn manual(shards: usize, executor_threads: usize) -> (TimerService, ManualClock) {
     TimerService::with_manual_clock(Config {
@@ -17,6 +17,45 @@ fn manual(shards: usize, executor_threads: usize) -> (TimerService, ManualClock)
         ..Config::default()
     })
     .expect("valid test config")
+}
+
+/// Runs of a repeating timer, as virtual time since the test's start.
+type Runs = Arc<Mutex<Vec<Duration>>>;
+
+/// Schedules a repeating timer every `period` whose run notes when it ran (since `start`) and
+/// then calls `then(runs so far, service, own id)`, with the service upgraded from a weak
+/// handle: a timer that moves itself. Returns its id and its runs.
+fn self_moving(
+    timers: &TimerService,
+    clock: &ManualClock,
+    start: Instant,
+    period: Duration,
+    then: impl Fn(usize, &TimerService, TimerId) + Send + 'static,
+) -> (TimerId, Runs) {
+    let runs: Runs = Arc::default();
+    let me = Arc::new(std::sync::OnceLock::new());
+    let id = timers
+        .schedule_repeating(period, {
+            let (weak, clock, me, runs) = (
+                timers.downgrade(),
+                clock.clone(),
+                Arc::clone(&me),
+                Arc::clone(&runs),
+            );
+            move || {
+                let n = {
+                    let mut runs = runs.lock().unwrap();
+                    runs.push(clock.now().duration_since(start));
+                    runs.len()
+                };
+                if let (Some(timers), Some(&id)) = (weak.upgrade(), me.get()) {
+                    then(n, &timers, id);
+                }
+            }
+        })
+        .unwrap();
+    me.set(id).unwrap();
+    (id, runs)
 }
 
 #[test]
@@ -132,33 +171,25 @@ fn repeating_timers_keep_the_fixed_rate() {
 fn a_repeating_timer_moves_its_own_next_run() {
     let (timers, clock) = manual(2, 2);
     let start = clock.now();
-    let ran_at = Arc::new(Mutex::new(Vec::new()));
-    let me = Arc::new(std::sync::OnceLock::new());
-    let id = timers
-        .schedule_repeating(Duration::from_secs(1), {
-            let (timers, clock, me, ran_at) = (
-                timers.clone(),
-                clock.clone(),
-                Arc::clone(&me),
-                Arc::clone(&ran_at),
-            );
-            move || {
-                let mut ran_at = ran_at.lock().unwrap();
-                ran_at.push(clock.now().duration_since(start).as_secs());
-                let n = ran_at.len() as u32;
-                if n <= 3 {
-                    let id = *me.get().expect("set before the first run");
-                    assert!(timers.reschedule(id, Duration::from_secs(2u64.pow(n))));
-                }
+    let (id, runs) = self_moving(
+        &timers,
+        &clock,
+        start,
+        Duration::from_secs(1),
+        |n, timers, id| {
+            if n <= 3 {
+                assert!(timers.reschedule(id, Duration::from_secs(2u64.pow(n as u32))));
             }
-        })
-        .unwrap();
-    me.set(id).unwrap();
+        },
+    );
     while clock.now().duration_since(start) < Duration::from_secs(20) {
         clock.advance(Duration::from_millis(500));
     }
     // 1; then 1 + 2 = 3; 3 + 4 = 7; 7 + 8 = 15; then the period of 1 s again from 15.
-    assert_eq!(*ran_at.lock().unwrap(), [1, 3, 7, 15, 16, 17, 18, 19, 20]);
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [1, 3, 7, 15, 16, 17, 18, 19, 20].map(Duration::from_secs)
+    );
     assert!(timers.cancel(id));
     assert!(timers.shutdown().is_empty());
 }
@@ -330,28 +361,17 @@ fn reschedule_at_moves_timers_to_instants() {
     assert!(!timers.reschedule_at(later, start), "ended: nothing moves");
 
     // A repeating timer's next run, moved to an instant from inside its run.
-    let runs = Arc::new(Mutex::new(Vec::new()));
-    let me = Arc::new(std::sync::OnceLock::new());
-    let id = timers
-        .schedule_repeating(Duration::from_secs(5), {
-            let (weak, clock, me, runs) = (
-                timers.downgrade(),
-                clock.clone(),
-                Arc::clone(&me),
-                Arc::clone(&runs),
-            );
-            move || {
-                let now = clock.now();
-                runs.lock().unwrap().push(now.duration_since(start));
-                if let (Some(timers), Some(&id)) = (weak.upgrade(), me.get()) {
-                    if runs.lock().unwrap().len() == 1 {
-                        assert!(timers.reschedule_at(id, start + Duration::from_secs(50)));
-                    }
-                }
+    let (id, runs) = self_moving(
+        &timers,
+        &clock,
+        start,
+        Duration::from_secs(5),
+        move |n, timers, id| {
+            if n == 1 {
+                assert!(timers.reschedule_at(id, start + Duration::from_secs(50)));
             }
-        })
-        .unwrap();
-    me.set(id).unwrap();
+        },
+    );
     clock.advance(Duration::from_secs(30)); // from 30.001 s: runs at 35.001, 50, 55, 60
     assert_eq!(
         *runs.lock().unwrap(),
