@@ -194,6 +194,35 @@ fn a_repeating_timer_moves_its_own_next_run() {
     assert!(timers.shutdown().is_empty());
 }
 
+/// A run that moves its timer's next run and then panics ends the timer (a panicking run is
+/// its last): the move is dropped, nothing runs again, and the timer is counted once.
+#[test]
+fn a_run_that_moves_its_next_run_and_panics_ends_the_timer() {
+    let (timers, clock) = manual(1, 1);
+    let start = clock.now();
+    let (id, runs) = self_moving(
+        &timers,
+        &clock,
+        start,
+        Duration::from_secs(1),
+        |n, timers, id| {
+            assert!(timers.reschedule(id, Duration::from_secs(3)));
+            if n == 2 {
+                panic!("deliberate: a run that panics after moving its next run");
+            }
+        },
+    );
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(*runs.lock().unwrap(), [1, 4].map(Duration::from_secs));
+    let stats = timers.stats();
+    assert_eq!((stats.panicked, stats.pending), (1, 0), "{stats:?}");
+    assert!(
+        !timers.cancel(id) && !timers.reschedule(id, Duration::ZERO),
+        "ended"
+    );
+    assert!(timers.shutdown().is_empty());
+}
+
 /// A reschedule from another thread while a repeating timer's run is in progress moves the
 /// next run as it would between runs; a cancel after it still ends the timer at the run's end.
 #[test]
