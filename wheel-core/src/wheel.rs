@@ -479,7 +479,7 @@ impl<T: Copy> Wheel<T> {
     /// chunk's worth (at most 126) of entries: the entries kept move down into the room the removed
     /// ones left, so the chunks this empties go back to the pool.
     ///
-    /// A panic in `keep` (or in [`Wheel::retain_prefetching`]'s `prefetch`) comes back to the
+    /// A panic in `keep` (or in [`Wheel::retain_prefetched`]'s `prefetch`) comes back to the
     /// caller once the wheel is whole again: the entries examined before it are kept or removed
     /// as `keep` said, the one it was about and those after it stay, `len` counts what is
     /// there, and the next call goes on from there.
