@@ -1,8 +1,8 @@
 //! `cargo xtask <command>`: the project's developer and user commands.
 //!
 //! `cargo xtask bench [options]` builds and runs the `wheel-bench` binary with those options
-//! (see `cargo xtask bench --help`); `cargo xtask test` runs every test, the loom models
-//! included (what CI runs).
+//! (see `cargo xtask bench --help`); `cargo xtask test` runs every test, checks the API docs'
+//! links and runs the loom models (what CI runs).
 
 use std::ffi::OsString;
 use std::process::{Command as Process, ExitCode};
@@ -30,7 +30,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Run every test of the workspace, then the loom models (what CI runs).
+    /// Run every test of the workspace, check the API docs' links, then the loom models (what
+    /// CI runs).
     Test,
 }
 

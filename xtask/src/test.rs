@@ -1,5 +1,6 @@
-//! `cargo xtask test`: every test of the workspace, then the loom models of the lock-free
-//! parts. It is the README's test command, and `.ci/run` calls exactly it.
+//! `cargo xtask test`: every test of the workspace, a build of the API docs that fails on a
+//! broken intra-doc link, then the loom models of the lock-free parts. It is the README's test
+//! command, and `.ci/run` calls exactly it.
 //!
 //! A test that cannot run here (the proxy tests without redis) passes without doing anything,
 //! and the test harness swallows what it prints. Such a test records itself in the directory
@@ -25,6 +26,12 @@ const STEPS: &[Step] = &[
         args: &["test", "--workspace", "--all-features", "--release"],
         env: &[],
         target_subdir: None,
+    },
+    Step {
+        what: "the API docs build with every intra-doc link resolved",
+        args: &["doc", "--workspace", "--no-deps", "--all-features"],
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
+        target_subdir: Some("doc-check"),
     },
     Step {
         what: "loom models of the pending ring, the hand-out ring, the timer state machine, the free map and the wake-ups",
