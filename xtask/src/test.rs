@@ -28,8 +28,14 @@ const STEPS: &[Step] = &[
         target_subdir: None,
     },
     Step {
-        what: "the API docs build with every intra-doc link resolved",
-        args: &["doc", "--workspace", "--no-deps", "--all-features"],
+        what: "the docs, private items included, build with every intra-doc link resolved",
+        args: &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--all-features",
+            "--document-private-items",
+        ],
         env: &[("RUSTDOCFLAGS", "-D warnings")],
         target_subdir: Some("doc-check"),
     },
