@@ -770,6 +770,15 @@ mod loom_models {
         (record, gen, ticket)
     }
 
+    /// Runs `f` on the record on a thread of the model.
+    fn on_thread<R: Send + 'static>(
+        record: &Arc<Record>,
+        f: impl FnOnce(&Record) -> R + Send + 'static,
+    ) -> thread::JoinHandle<R> {
+        let record = Arc::clone(record);
+        thread::spawn(move || f(&record))
+    }
+
     /// A repeating timer armed at 5 and claimed there: its run in progress, the task with
     /// the worker.
     fn running() -> (Arc<Record>, u64, Task) {
@@ -785,10 +794,9 @@ mod loom_models {
     fn cancel_versus_fire() {
         loom::model(|| {
             let (record, gen, ticket) = armed(false);
-            let canceller = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
-            };
+            let canceller = on_thread(&record, move |record| {
+                !matches!(record.cancel(gen), Cancelled::No)
+            });
             let fired = matches!(record.claim(ticket, 5), Claim::Fire { .. });
             let cancelled = canceller.join().unwrap();
             assert!(fired != cancelled, "fired={fired} cancelled={cancelled}");
@@ -802,10 +810,8 @@ mod loom_models {
     fn reschedule_versus_fire() {
         loom::model(|| {
             let (record, gen, ticket) = armed(false);
-            let rescheduler = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || record.reschedule(gen, 100).is_some())
-            };
+            let rescheduler =
+                on_thread(&record, move |record| record.reschedule(gen, 100).is_some());
             let claim = record.claim(ticket, 5);
             let moved = rescheduler.join().unwrap();
             match claim {
@@ -828,10 +834,7 @@ mod loom_models {
     fn reschedule_versus_reschedule() {
         loom::model(|| {
             let (record, gen, first) = armed(false);
-            let other = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || record.reschedule(gen, 3))
-            };
+            let other = on_thread(&record, move |record| record.reschedule(gen, 3));
             let mine = record.reschedule(gen, 100);
             let other = other.join().unwrap();
             // 100 is later than both 5 and 3; 3 is earlier than both 5 and 100, so it always
@@ -853,10 +856,9 @@ mod loom_models {
     fn cancel_versus_run_and_rearm() {
         loom::model(|| {
             let (record, gen, ticket) = armed(true);
-            let canceller = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
-            };
+            let canceller = on_thread(&record, move |record| {
+                !matches!(record.cancel(gen), Cancelled::No)
+            });
             let mut runs = 0;
             if let Claim::Fire { task, .. } = record.claim(ticket, 5) {
                 runs += 1;
@@ -881,10 +883,7 @@ mod loom_models {
     fn reschedule_versus_finish_run() {
         loom::model(|| {
             let (record, gen, task) = running();
-            let rescheduler = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || record.reschedule(gen, 100))
-            };
+            let rescheduler = on_thread(&record, move |record| record.reschedule(gen, 100));
             let next = record.finish_run(gen, 10, task).expect("not cancelled");
             let moved = rescheduler.join().unwrap();
             match (moved, next) {
@@ -909,10 +908,9 @@ mod loom_models {
     fn reschedule_then_cancel_versus_finish_run() {
         loom::model(|| {
             let (record, gen, task) = running();
-            let other = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || (record.reschedule(gen, 100), record.cancel(gen)))
-            };
+            let other = on_thread(&record, move |record| {
+                (record.reschedule(gen, 100), record.cancel(gen))
+            });
             let next = record.finish_run(gen, 10, task);
             let (moved, cancelled) = other.join().unwrap();
             match (&next, &moved, &cancelled) {
@@ -937,10 +935,9 @@ mod loom_models {
                 panic!("pending")
             };
             drop(task);
-            let late = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || matches!(record.claim(stale, 100), Claim::Stale))
-            };
+            let late = on_thread(&record, move |record| {
+                matches!(record.claim(stale, 100), Claim::Stale)
+            });
             // The producer that took the freed slot arms it for a new timer.
             let (next, fresh) = record.arm(7, Task::once(|| {}));
             assert_eq!(next, gen + 1);
@@ -958,14 +955,10 @@ mod loom_models {
     fn shutdown_versus_rearm_and_cancel() {
         loom::model(|| {
             let (record, gen, task) = running();
-            let worker = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || record.finish_run(gen, 10, task).ok())
-            };
-            let canceller = {
-                let record = Arc::clone(&record);
-                thread::spawn(move || !matches!(record.cancel(gen), Cancelled::No))
-            };
+            let worker = on_thread(&record, move |record| record.finish_run(gen, 10, task).ok());
+            let canceller = on_thread(&record, move |record| {
+                !matches!(record.cancel(gen), Cancelled::No)
+            });
             let rearmed = worker.join().unwrap();
             let handed = record.hand_back_pending();
             let cancelled = canceller.join().unwrap();
