@@ -202,13 +202,12 @@ impl Sleep {
     /// # async fn next_read() -> bool { false }
     /// ```
     pub fn reset(&mut self, delay: Duration) {
-        if let Some(id) = self.timer {
-            // A timer whose outcome is in may still be counted pending for a moment: its
-            // callback has settled the signal and is returning.
-            let pending = self.signal.state.load(Ordering::Acquire) == PENDING;
-            if pending && self.timers.reschedule(id, delay) {
-                return;
-            }
+        // A timer that moves has not been claimed to run, so its signal is still unsettled.
+        if self
+            .timer
+            .is_some_and(|id| self.timers.reschedule(id, delay))
+        {
+            return;
         }
         // The old timer ran, is running, was refused or dropped: its callback (if it is still
         // on its way) settles the old signal, which nobody polls any more.
