@@ -857,8 +857,10 @@ fn a_weak_handle_in_a_repeating_callback_lets_the_service_shut_down() {
         (id, runs, dropped)
     }
 
+    fn clone_send_sync_debug<T: Clone + Send + Sync + std::fmt::Debug>(_: &T) {}
     let timers = service();
     let weak = timers.downgrade();
+    clone_send_sync_debug(&weak);
     let (_, runs, dropped) = backing_off(&timers, false);
     assert!(eventually(SOON, || runs.load(Ordering::SeqCst) >= 3));
     drop(timers);
