@@ -35,6 +35,7 @@
 //! for to a third thread, the relay, which sleeps on a channel and notes how late it got the
 //! boundary: the floor of a two-hop design on this machine under this load.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -51,6 +52,10 @@ use crate::host::proc;
 /// handling, and far below a tick.
 pub const STALL_THRESHOLD: Duration = Duration::from_micros(200);
 
+/// The window over which stalls of one vCPU are added up for [`HostStalls::worst_10ms_ns`]:
+/// stalls that come two or three in a row hold a timer up together, as one longer stall would.
+pub const STALL_WINDOW: Duration = Duration::from_millis(10);
+
 /// What the probe saw during one measured round (results.json: `host_stalls`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostStalls {
@@ -63,6 +68,12 @@ pub struct HostStalls {
     pub gaps_over_200us: u64,
     /// Time lost in those stalls (their vCPU-stopped parts, added up over the vCPUs).
     pub lost_ns: u64,
+    /// The most stall time of one vCPU within any [`STALL_WINDOW`] (the stalls over 200 µs
+    /// that ended in it, added up): what a thread on that vCPU lost in its worst 10 ms, which
+    /// is more than [`HostStalls::longest_ns`] when stalls come in a row (0 in results written
+    /// before).
+    #[serde(default)]
+    pub worst_10ms_ns: u64,
     /// Wake-ups over 200 µs late that were the guest's own scheduling (the watcher waited for
     /// its CPU while other threads, mostly the bench's, ran): not stalls.
     pub preempted_gaps: u64,
@@ -129,19 +140,24 @@ impl WakeTally {
 
 /// Adds up late wake-ups (or, fed so, gaps between clock reads); pure, so it can be fed
 /// synthetic ones.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StallTally {
     longest_ns: u64,
     gaps: u64,
     lost_ns: u64,
     preempted_gaps: u64,
     preempted_ns: u64,
+    /// The stalls that ended within the last [`STALL_WINDOW`]: (when it ended, its length).
+    recent: VecDeque<(u64, u64)>,
+    /// Their total, and the most it has been.
+    recent_ns: u64,
+    worst_window_ns: u64,
 }
 
 impl StallTally {
-    /// One wake-up `gap_ns` late (or one gap between two clock reads), `waited_ns` of which
-    /// the watcher spent runnable but waiting for its CPU.
-    pub fn gap(&mut self, gap_ns: u64, waited_ns: u64) {
+    /// One wake-up at `at_ns` (monotonic), `gap_ns` late (or one gap between two clock reads
+    /// ending then), `waited_ns` of which the watcher spent runnable but waiting for its CPU.
+    pub fn gap(&mut self, at_ns: u64, gap_ns: u64, waited_ns: u64) {
         let waited = waited_ns.min(gap_ns);
         let stopped = gap_ns - waited;
         self.longest_ns = self.longest_ns.max(stopped);
@@ -152,14 +168,33 @@ impl StallTally {
         if stopped > threshold_ns() {
             self.gaps += 1;
             self.lost_ns += stopped;
+            self.in_window(at_ns, stopped);
         } else {
             self.preempted_gaps += 1;
         }
     }
 
-    /// Adds up another watcher's tally: the longest of both, the sums of the rest.
+    /// Adds a stall of `stopped_ns` that ended at `at_ns` to the window of those that ended
+    /// within [`STALL_WINDOW`] before it, and notes the window's total.
+    fn in_window(&mut self, at_ns: u64, stopped_ns: u64) {
+        let window = STALL_WINDOW.as_nanos() as u64;
+        while let Some(&(ended, stopped)) = self.recent.front() {
+            if ended + window > at_ns {
+                break;
+            }
+            self.recent.pop_front();
+            self.recent_ns -= stopped;
+        }
+        self.recent.push_back((at_ns, stopped_ns));
+        self.recent_ns += stopped_ns;
+        self.worst_window_ns = self.worst_window_ns.max(self.recent_ns);
+    }
+
+    /// Adds up another watcher's tally: the longest of both, the worst window of either (each
+    /// watcher's vCPU stalls on its own), the sums of the rest.
     pub fn merge(&mut self, other: &StallTally) {
         self.longest_ns = self.longest_ns.max(other.longest_ns);
+        self.worst_window_ns = self.worst_window_ns.max(other.worst_window_ns);
         self.gaps += other.gaps;
         self.lost_ns += other.lost_ns;
         self.preempted_gaps += other.preempted_gaps;
@@ -173,6 +208,7 @@ impl StallTally {
             longest_ns: self.longest_ns,
             gaps_over_200us: self.gaps,
             lost_ns: self.lost_ns,
+            worst_10ms_ns: self.worst_window_ns,
             preempted_gaps: self.preempted_gaps,
             preempted_ns: self.preempted_ns,
             steal_ns,
@@ -289,6 +325,7 @@ fn watch(cpu: CoreId, stop: &AtomicBool, realtime: &AtomicU64) -> StallTally {
         let now = monotonic_ns();
         let waited_now = schedstat.wait_ns();
         tally.gap(
+            now,
             now.saturating_sub(boundary),
             waited_now.saturating_sub(waited_before),
         );
@@ -403,7 +440,7 @@ mod tests {
         let mut tally = StallTally::default();
         for pair in reads.windows(2) {
             let ((t0, w0), (t1, w1)) = (pair[0], pair[1]);
-            tally.gap(t1 - t0, w1 - w0);
+            tally.gap(t1, t1 - t0, w1 - w0);
         }
         tally
     }
@@ -459,11 +496,38 @@ mod tests {
         assert_eq!((figures.preempted_gaps, figures.preempted_ns), (1, MS));
     }
 
+    /// Stalls that end within 10 ms of each other add up in the worst window; one that ends
+    /// later starts a window of its own; a preempted wait adds nothing; each vCPU's windows
+    /// are its own.
+    #[test]
+    fn stalls_in_a_row_add_up_in_the_worst_window() {
+        let mut tally = StallTally::default();
+        tally.gap(10 * MS, 3 * MS, 0);
+        tally.gap(15 * MS, 2 * MS, 0); // ends 5 ms after the first: 5 ms in one window
+        tally.gap(20 * MS, 4 * MS, 4 * MS); // the guest's scheduling, not a stall
+        tally.gap(40 * MS, 4 * MS, 0); // alone
+        let figures = tally.figures(40 * MS, None);
+        assert_eq!(
+            (figures.longest_ns, figures.worst_10ms_ns),
+            (4 * MS, 5 * MS)
+        );
+        let mut other = StallTally::default();
+        other.gap(4 * MS, 4 * MS, 0);
+        other.gap(9 * MS, 5 * MS, 0);
+        other.gap(15 * MS, 6 * MS, 0); // the first ended 11 ms before: out of the window
+        tally.merge(&other);
+        let figures = tally.figures(40 * MS, None);
+        assert_eq!(
+            (figures.longest_ns, figures.worst_10ms_ns),
+            (6 * MS, 11 * MS)
+        );
+    }
+
     #[test]
     fn wait_beyond_the_gap_is_clamped() {
         // Run-queue wait is read after the gap, so it can include waits before it.
         let mut tally = StallTally::default();
-        tally.gap(MS, 3 * MS);
+        tally.gap(MS, MS, 3 * MS);
         let figures = tally.figures(MS, None);
         assert_eq!((figures.longest_ns, figures.gaps_over_200us), (0, 0));
         assert_eq!((figures.preempted_gaps, figures.preempted_ns), (1, MS));

@@ -193,7 +193,10 @@ const METHOD: &str = "
   over 200 µs, the time lost in them, the late wake-ups that were run-queue waits (not
   stalls) and the kernel's steal time over the round. Compare a run's lateness tail with its
   stall max: a p99.99 or max about as long as the longest stall is the machine's, not the
-  service's (*p99.99 past it* is the difference). A stall can read up to 250 µs short (it is
+  service's (*p99.99 past it* is the difference). Stalls also come two or three in a row, and
+  a timer held up by each is late by their sum: *worst 10 ms* is the most stall time one vCPU
+  lost within any 10 ms, the figure to hold a tail against when it exceeds the stall max.
+  A stall can read up to 250 µs short (it is
   measured from the boundary the watcher slept to, not from its start), so the stall max is
   a lower bound. Earlier reports came from one spinning `SCHED_IDLE` thread, which ran only
   on an idle CPU: it saw no stall while the bench kept both vCPUs busy, and kept a vCPU busy

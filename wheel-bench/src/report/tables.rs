@@ -175,6 +175,7 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             "max",
             "stall max",
             "p99.99 past it",
+            "worst 10 ms",
             "stalls >200µs",
             "lost",
             "steal",
@@ -197,6 +198,7 @@ fn host_stalls_table(scenario: Scenario, runs: &[&RunResult]) -> Option<Table> {
             nanos_text(run.lateness.max_ns),
             nanos_text(s.longest_ns),
             nanos_text(run.lateness.p9999_ns.saturating_sub(s.longest_ns)),
+            nanos_text(s.worst_10ms_ns),
             s.gaps_over_200us.to_string(),
             nanos_text(s.lost_ns),
             s.steal_ns.map_or("–".into(), nanos_text),
@@ -401,6 +403,7 @@ mod tests {
             longest_ns: 7_500_000,
             gaps_over_200us: 3,
             lost_ns: 9_000_000,
+            worst_10ms_ns: 8_250_000,
             ..HostStalls::default()
         });
         wheel.lateness.p9999_ns = 9_000_000;
@@ -437,7 +440,9 @@ mod tests {
         assert_eq!(stalls.rows[0][4], "7.50 ms");
         assert_eq!(stalls.headers[5], "p99.99 past it");
         assert_eq!(stalls.rows[0][5], "1.50 ms");
-        assert_eq!(stalls.rows[0][6], "3");
-        assert_eq!(stalls.rows[0][7], "9.00 ms");
+        assert_eq!(stalls.headers[6], "worst 10 ms");
+        assert_eq!(stalls.rows[0][6], "8.25 ms");
+        assert_eq!(stalls.rows[0][7], "3");
+        assert_eq!(stalls.rows[0][8], "9.00 ms");
     }
 }
