@@ -404,27 +404,16 @@ impl Record {
     /// Ends a repeating timer whose run the worker holds without re-arming it (it panicked, or
     /// the service has shut down). Returns whether a `cancel` came first (and counted it).
     pub(crate) fn end_run(&self, gen: u64) -> bool {
-        let backoff = Backoff::new();
-        let mut word = self.word.load(Ordering::Acquire);
-        loop {
-            debug_assert_eq!(generation(word), gen);
-            debug_assert!(matches!(word & STATE, RUNNING | CANCELLED));
-            if word & LOCKED != 0 {
-                // A reschedule of the next run is writing the deadline.
-                spin_wait(&backoff);
-                word = self.word.load(Ordering::Acquire);
-                continue;
-            }
-            match self.word.compare_exchange(
-                word,
-                retired(word),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return word & STATE == CANCELLED,
-                Err(current) => word = current,
-            }
-        }
+        // The bit as `finish_run` takes it: a reschedule of the next run may hold it, and a
+        // cancel may turn RUNNING into CANCELLED meanwhile; nothing else changes the word.
+        let word = self.lock_if(|word| matches!(word & STATE, RUNNING | CANCELLED));
+        debug_assert!(word.is_some(), "a run in progress is its worker's to end");
+        let Some(word) = word else {
+            return false;
+        };
+        debug_assert_eq!(generation(word), gen);
+        self.word.store(retired(word), Ordering::Release);
+        word & STATE == CANCELLED
     }
 
     /// Whether a reference of ticket `ticket` is the record's live one (a snapshot: a
@@ -919,6 +908,22 @@ mod loom_models {
                 (Ok(10), Some(Moved::Later), Cancelled::Now(_)) => {}
                 _ => panic!("{:?} {moved:?} {cancelled:?}", next.ok()),
             }
+            assert_eq!(record.generation(), gen + 1, "ended exactly once");
+            assert!(record.hand_back_pending().is_none(), "nothing left armed");
+        });
+    }
+
+    /// A reschedule races the end of a run that ends its timer (it panicked, or the service
+    /// shut down): the timer ends once, and a move that got in goes with it.
+    #[test]
+    fn reschedule_versus_end_run() {
+        loom::model(|| {
+            let (record, gen, task) = running();
+            let other = on_thread(&record, move |record| record.reschedule(gen, 100));
+            assert!(!record.end_run(gen), "no cancel came");
+            drop(task);
+            let moved = other.join().unwrap();
+            assert!(matches!(moved, None | Some(Moved::NextRun)), "{moved:?}");
             assert_eq!(record.generation(), gen + 1, "ended exactly once");
             assert!(record.hand_back_pending().is_none(), "nothing left armed");
         });
