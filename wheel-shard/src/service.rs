@@ -657,42 +657,38 @@ fn spawn_threads(
     } else {
         Vec::new()
     };
+    // The field that sets how many tick threads there are, for a refusal's message.
+    let field = match core.config.tick_threads {
+        Some(_) => "tick_threads",
+        None => "shards",
+    };
+    let count = core.config.tick_thread_count();
     for (index, shards) in groups.into_iter().enumerate() {
         let pin = cores.get(index).copied();
         let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
         let thread_core = Arc::clone(core);
         let realtime = core.config.realtime_ticks;
         let short_slice = core.config.short_tick_slice;
-        let handle = thread::Builder::new()
-            .name(format!("wheel-tick-{index}"))
-            .spawn(move || {
-                // Under `realtime_ticks` the spawning thread sets the policy instead.
-                if !realtime && short_slice {
-                    if let Err(error) = priority::ask_short_slice() {
-                        tracing::debug!(tick_thread = index, %error, "no short slice");
-                    }
+        let handle = spawn_named(format!("wheel-tick-{index}"), field, count, move || {
+            // Under `realtime_ticks` the spawning thread sets the policy instead.
+            if !realtime && short_slice {
+                if let Err(error) = priority::ask_short_slice() {
+                    tracing::debug!(tick_thread = index, %error, "no short slice");
                 }
-                if let Some(id) = pin {
-                    if !core_affinity::set_for_current(id) {
-                        tracing::warn!(
-                            tick_thread = index,
-                            "could not pin tick thread; it runs unpinned"
-                        );
-                    }
+            }
+            if let Some(id) = pin {
+                if !core_affinity::set_for_current(id) {
+                    tracing::warn!(
+                        tick_thread = index,
+                        "could not pin tick thread; it runs unpinned"
+                    );
                 }
-                thread_core.enter_thread();
-                // No user code runs on a tick thread, so no shutdown runs here: the shutdown
-                // that stopped this loop joins it and takes what it hands back.
-                TickThread::new(&thread_core, shards).run()
-            })
-            .map_err(|error| {
-                let field = match core.config.tick_threads {
-                    Some(_) => "tick_threads",
-                    None => "shards",
-                };
-                let count = core.config.tick_thread_count();
-                spawn_refused(error, format!("wheel-tick-{index}"), field, count)
-            })?;
+            }
+            thread_core.enter_thread();
+            // No user code runs on a tick thread, so no shutdown runs here: the shutdown
+            // that stopped this loop joins it and takes what it hands back.
+            TickThread::new(&thread_core, shards).run()
+        })?;
         for shard in driven {
             core.shards[shard].set_thread(handle.thread().clone());
         }
@@ -703,45 +699,42 @@ fn spawn_threads(
     }
     for (index, local) in locals.into_iter().enumerate() {
         let thread_core = Arc::clone(core);
-        let handle = thread::Builder::new()
-            .name(format!("wheel-exec-{index}"))
-            .spawn(move || worker::work(&thread_core, index, local))
-            .map_err(|error| {
-                let count = core.config.executor_threads;
-                spawn_refused(
-                    error,
-                    format!("wheel-exec-{index}"),
-                    "executor_threads",
-                    count,
-                )
-            })?;
+        let handle = spawn_named(
+            format!("wheel-exec-{index}"),
+            "executor_threads",
+            core.config.executor_threads,
+            move || worker::work(&thread_core, index, local),
+        )?;
         threads.workers.push(handle);
     }
     Ok(())
 }
 
-/// The OS refused to start thread `thread`, one of the `count` that config field `field` asks
-/// for: the refusal as an `io::Error` of the same kind whose message names the thread and the
-/// field (what `ConfigError::Spawn` shows), and whose source is the OS's error.
-fn spawn_refused(
-    source: std::io::Error,
-    thread: String,
+/// Starts thread `name` running `body`, one of the `count` that config field `field` asks
+/// for. The OS's refusal comes back as an `io::Error` of the same kind whose message names the
+/// thread and the field (what `ConfigError::Spawn` shows), and whose source is the OS's error.
+fn spawn_named<T: Send + 'static>(
+    name: String,
     field: &'static str,
     count: usize,
-) -> std::io::Error {
-    let kind = source.kind();
-    std::io::Error::new(
-        kind,
-        SpawnRefused {
-            thread,
-            field,
-            count,
-            source,
-        },
-    )
+    body: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    thread::Builder::new()
+        .name(name.clone())
+        .spawn(body)
+        .map_err(|source| {
+            let kind = source.kind();
+            let refused = SpawnRefused {
+                thread: name,
+                field,
+                count,
+                source,
+            };
+            std::io::Error::new(kind, refused)
+        })
 }
 
-/// See [`spawn_refused`].
+/// See [`spawn_named`].
 #[derive(Debug)]
 struct SpawnRefused {
     thread: String,
