@@ -146,6 +146,14 @@ impl ChildRun {
         )
     }
 
+    /// Whether `sh` could not run the test binary (126: not executable, 127: not found), as
+    /// when it lies below a directory the child's user may not enter.
+    fn could_not_start(&self) -> bool {
+        self.status
+            .and_then(|status| status.code())
+            .is_some_and(|code| code >= 126)
+    }
+
     /// Fails the test unless the child ran its test to a pass: it neither hung (killed at the
     /// deadline), aborted, nor panicked.
     fn assert_passed(&self) {
@@ -369,11 +377,7 @@ fn an_unreadable_file_is_a_permission_error_naming_it() {
             &[(UNREADABLE_VAR, path.clone().into_os_string())],
             Duration::from_secs(30),
         );
-        if run
-            .status
-            .and_then(|status| status.code())
-            .is_some_and(|code| code >= 126)
-        {
+        if run.could_not_start() {
             // `sh` could not run the test binary as `nobody`: it lies below a directory only
             // root may enter (a checkout under /root, say).
             skip::record(
@@ -1319,11 +1323,7 @@ fn a_thread_that_cannot_start_is_an_error_and_leaves_no_thread() {
     let mut run = None;
     if unsafe { libc::geteuid() } == 0 {
         let as_nobody = run_child_limited(TEST, Some(NOBODY), None, Some(256), &[], deadline);
-        let unrunnable = as_nobody
-            .status
-            .and_then(|status| status.code())
-            .is_some_and(|code| code >= 126);
-        if !unrunnable {
+        if !as_nobody.could_not_start() {
             run = Some(as_nobody);
         }
     }
