@@ -7,17 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wheel_shard::{Config, ManualClock, TimerId, TimerService};
-
-fn manual(shards: usize, executor_threads: usize) -> (TimerService, ManualClock) {
-    TimerService::with_manual_clock(Config {
-        shards,
-        executor_threads,
-        pin_threads: false,
-        ..Config::default()
-    })
-    .expect("valid test config")
-}
+use common::manual;
+use wheel_shard::{ManualClock, TimerId, TimerService};
 
 /// Runs of a repeating timer, as virtual time since the test's start.
 type Runs = Arc<Mutex<Vec<Duration>>>;
