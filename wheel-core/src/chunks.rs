@@ -150,10 +150,6 @@ impl<V: Copy> Chunk<V> {
         self.epoch
     }
 
-    pub(crate) fn is_full(&self) -> bool {
-        self.end() == Self::CAPACITY
-    }
-
     fn entries(&self) -> *const Stored<V> {
         self.room.as_ptr().cast()
     }
@@ -191,11 +187,22 @@ impl<V: Copy> Chunk<V> {
     /// Appends `entry` (the chunk is not full).
     #[inline]
     pub(crate) fn push(&mut self, entry: Stored<V>) {
-        let end = self.end();
+        self.push_at(self.end(), entry);
+    }
+
+    /// [`Chunk::push`] for a caller that knows `end` already (`end` is the chunk's end): the
+    /// header is written, not read.
+    #[inline]
+    pub(crate) fn push_at(&mut self, end: usize, entry: Stored<V>) {
+        debug_assert_eq!(
+            end,
+            self.end(),
+            "the caller's copy of the end is the chunk's"
+        );
         assert!(end < Self::CAPACITY, "a push onto a full chunk");
         // SAFETY: position `end` lies within `room` and is aligned (see `initialized`).
         unsafe { self.entries_mut().add(end).write(entry) };
-        self.end += 1;
+        self.end = end as u32 + 1;
     }
 
     /// Appends `entries` (there is room for them).
@@ -543,10 +550,10 @@ mod tests {
         let id = chunks.alloc();
         let chunk = chunks.get_mut(id);
         for d in 0..CHUNK as u64 {
-            assert!(!chunk.is_full());
+            assert!(chunk.end() < Chunk::<[u32; 2]>::CAPACITY);
             chunk.push(entry(d));
         }
-        assert!(chunk.is_full());
+        assert_eq!(chunk.end(), Chunk::<[u32; 2]>::CAPACITY);
         assert_eq!(chunk.pop_front(), Some(entry(0)));
         assert_eq!(chunk.live().len(), CHUNK - 1);
         assert_eq!(chunk.from(5)[0], entry(5));
