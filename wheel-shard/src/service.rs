@@ -255,6 +255,27 @@ impl TimerService {
         self.submit(deadline, Task::once(task), Duration::ZERO)
     }
 
+    /// [`TimerService::schedule_at`] that never waits: when the shard's pending ring is full it
+    /// returns [`ScheduleError::Saturated`] at once instead of waiting up to
+    /// [`Config::saturation_timeout`], as [`TimerService::try_schedule`] does for a delay.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let timers = TimerService::new(Config::default()).unwrap();
+    /// let at = Instant::now() + Duration::from_secs(1);
+    /// let id = timers.try_schedule_at(at, || {}).unwrap();
+    /// assert!(timers.cancel(id));
+    /// ```
+    pub fn try_schedule_at(
+        &self,
+        deadline: Instant,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Result<TimerId, ScheduleError> {
+        self.submit_at(deadline, task, Duration::ZERO)
+    }
+
     /// Runs `task` once at `deadline`, rounded up to the tick; a past instant fires at once.
     #[inline(always)]
     pub fn schedule_at(
@@ -262,8 +283,20 @@ impl TimerService {
         deadline: Instant,
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
+        self.submit_at(deadline, task, self.saturation_wait())
+    }
+
+    /// A one-shot at an instant, waiting up to `wait` for ring room: `schedule_at` and
+    /// `try_schedule_at`, which differ only in that wait. Inlined for the reason `submit` is.
+    #[inline(always)]
+    fn submit_at(
+        &self,
+        deadline: Instant,
+        task: impl FnOnce() + Send + 'static,
+        wait: Duration,
+    ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_at(deadline);
-        self.submit(deadline, Task::once(task), self.saturation_wait())
+        self.submit(deadline, Task::once(task), wait)
     }
 
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
