@@ -755,6 +755,193 @@ mod adapter {
             assert_ne!(outcome, Poll::Pending, "left hanging after its timer ended");
         });
     }
+
+    // Guards: instants between ticks, on a tick and a nanosecond past one, reached by
+    // sleep_until, timeout_at and reset_at (of a pending sleep, rescheduled, and of a completed
+    // one, scheduled anew): while virtual time moves in steps smaller than a tick, none is
+    // ready before its instant, and each is ready at the first tick at or after it.
+    #[test]
+    fn instants_between_ticks_are_never_early_in_virtual_time() {
+        within(SOON, || {
+            let (timers, clock) = manual(2, 2);
+            let tick = timers.config().tick;
+            // Completed sleeps first, so that the time their zero sleeps take to complete is
+            // spent before any instant is set.
+            let mut completed: Vec<Sleep> = Vec::new();
+            for _ in 0..7 {
+                let mut sleep = timers.sleep(Duration::ZERO);
+                if !ready_ok(&mut sleep) {
+                    clock.advance(tick);
+                    assert!(ready_ok(&mut sleep), "a zero sleep a tick later");
+                }
+                completed.push(sleep);
+            }
+            let start = clock.now();
+            let nanos = |n: u64| Duration::from_nanos(n);
+            let offsets = [
+                nanos(0),
+                nanos(1),
+                tick - nanos(1),
+                tick,
+                tick + nanos(1),
+                tick * 2 + tick / 2,
+                tick * 5 - nanos(1),
+            ];
+            // Each waiter: a poll that says whether it completed (never with an error here).
+            let mut waiters: Vec<(Instant, &str, Waiter)> = Vec::new();
+            for (offset, mut again) in offsets.into_iter().zip(completed) {
+                let at = start + offset;
+                again.reset_at(at); // completed: a new timer
+                waiters.push((
+                    at,
+                    "reset_at completed",
+                    Box::new(move || ready_ok(&mut again)),
+                ));
+                let mut sleep = timers.sleep_until(at);
+                waiters.push((at, "sleep_until", Box::new(move || ready_ok(&mut sleep))));
+                let mut timeout = timers.timeout_at(at, std::future::pending::<()>());
+                let poll = move || match poll_fresh(&mut timeout).0 {
+                    Poll::Ready(outcome) => {
+                        assert_eq!(outcome, Err(Elapsed::Deadline));
+                        true
+                    }
+                    Poll::Pending => false,
+                };
+                waiters.push((at, "timeout_at", Box::new(poll)));
+                let mut moved = timers.sleep(Duration::from_secs(3600));
+                moved.reset_at(at);
+                waiters.push((
+                    at,
+                    "reset_at pending",
+                    Box::new(move || ready_ok(&mut moved)),
+                ));
+            }
+            let step = tick / 4;
+            let end = start + tick * 6;
+            while clock.now() < end {
+                for (at, kind, poll) in &mut waiters {
+                    if poll() {
+                        let now = clock.now();
+                        assert!(
+                            now >= *at,
+                            "{kind} ready {:?} before its instant",
+                            *at - now
+                        );
+                    }
+                }
+                clock.advance(step);
+            }
+            for (at, kind, poll) in &mut waiters {
+                assert!(poll(), "{kind} at {:?} never completed", *at - start);
+            }
+            drop(waiters);
+            assert!(eventually(SOON, || timers.pending() == 0));
+        });
+    }
+
+    /// A poll of one waiter of [`instants_between_ticks_are_never_early_in_virtual_time`]:
+    /// whether it completed.
+    type Waiter = Box<dyn FnMut() -> bool>;
+
+    /// Polls `sleep` with a fresh waker: `true` once it completed `Ok`; any error fails.
+    fn ready_ok(sleep: &mut Sleep) -> bool {
+        match sleep_state(sleep) {
+            Poll::Ready(outcome) => outcome.map(|()| true).unwrap(),
+            Poll::Pending => false,
+        }
+    }
+
+    // Guards: instants a century out, reached by sleep_until, timeout_at and reset_at (of a
+    // pending and of a completed sleep), are handed back by shutdown; whether the caller runs
+    // the handed-back timers or drops them, each future ends Abandoned (never Ok: its instant
+    // was not reached), its waker is woken, and it stays so at every later poll.
+    #[test]
+    fn far_instants_handed_back_at_shutdown_are_abandoned() {
+        within(SOON, || {
+            let timers = common::service();
+            let far = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
+            let mut sleeps = vec![
+                timers.sleep_until(far),
+                timers.sleep(Duration::from_secs(60)),
+            ];
+            sleeps[1].reset_at(far); // pending: rescheduled
+            let mut completed = timers.sleep(Duration::ZERO);
+            block_on(&mut completed, LOST_WAKEUP).unwrap();
+            completed.reset_at(far); // completed: a new timer
+            sleeps.push(completed);
+            let mut timeout = timers.timeout_at(far, std::future::pending::<()>());
+            let wakers: Vec<_> = sleeps.iter_mut().map(poll_fresh).collect();
+            let (first, timeout_waker) = poll_fresh(&mut timeout);
+            assert!(first.is_pending());
+            for (state, _) in &wakers {
+                assert!(state.is_pending(), "a century out, ready already");
+            }
+            let unfired = timers.shutdown();
+            assert_eq!(unfired.len(), 4, "every far timer is handed back");
+            for (n, timer) in unfired.into_iter().enumerate() {
+                assert!(timer.deadline > Instant::now() + Duration::from_secs(3600));
+                if n % 2 == 0 {
+                    timer.run(); // a "flush" policy: still not the instant
+                } else {
+                    drop(timer);
+                }
+            }
+            for (sleep, (_, waker)) in sleeps.iter_mut().zip(&wakers) {
+                assert_eq!(waker.wakes(), 1, "the end woke the task");
+                for _ in 0..2 {
+                    assert_eq!(sleep_state(sleep), Poll::Ready(Err(TimerError::Abandoned)));
+                }
+            }
+            assert_eq!(timeout_waker.wakes(), 1);
+            assert_eq!(
+                poll_fresh(&mut timeout).0,
+                Poll::Ready(Err(Elapsed::TimerFailed(TimerError::Abandoned)))
+            );
+        });
+    }
+
+    // Guards: reset_at to random instants (past ones included) racing the firing of the
+    // timer it moves, from four threads on the real clock with a fresh waker at every poll:
+    // every sleep completes Ok, never before the instant of its last reset.
+    #[test]
+    fn reset_at_racing_the_firing_is_never_early() {
+        within(SOON * 6, || {
+            let timers = common::service();
+            let threads: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let timers = timers.clone();
+                    thread::spawn(move || {
+                        let mut rng = SmallRng::seed_from_u64(0x2E5E7 + t);
+                        for _ in 0..100 {
+                            let jitter = |rng: &mut SmallRng| {
+                                Duration::from_micros(rng.random_range(0..3_000))
+                            };
+                            let mut at = Instant::now() + jitter(&mut rng);
+                            let mut sleep = timers.sleep_until(at);
+                            let _ = poll_fresh(&mut sleep);
+                            for _ in 0..rng.random_range(1..4) {
+                                thread::sleep(jitter(&mut rng));
+                                // A third of the moves go to an instant already past.
+                                at = if rng.random_ratio(1, 3) {
+                                    Instant::now() - jitter(&mut rng)
+                                } else {
+                                    Instant::now() + jitter(&mut rng)
+                                };
+                                sleep.reset_at(at);
+                            }
+                            assert_eq!(block_on(&mut sleep, LOST_WAKEUP), Ok(()));
+                            let now = Instant::now();
+                            assert!(now >= at, "ready {:?} before its instant", at - now);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("a thread failed");
+            }
+            assert!(eventually(SOON, || timers.pending() == 0));
+        });
+    }
 }
 
 /// What the race tests know of each timer, by its number.

@@ -487,3 +487,126 @@ async fn resets_racing_the_deadline_are_never_early() {
     }
     assert!(common::eventually(common::SOON, || timers.pending() == 0));
 }
+
+/// `sleep_until` and `timeout_at` in virtual time: not ready a tick before their instant,
+/// ready at it, whatever real time passes meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleep_until_and_timeout_at_follow_a_manual_clock() {
+    let (timers, clock) = common::manual(2, 2);
+    let tick = timers.config().tick;
+    let start = clock.now();
+    let mut sleep = timers.sleep_until(start + Duration::from_secs(60));
+    let never = std::future::pending::<()>();
+    let mut timeout = Box::pin(timers.timeout_at(start + Duration::from_secs(90), never));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !poll_once(&mut sleep).await,
+        "real time moved a virtual sleep"
+    );
+    advance(&clock, Duration::from_secs(60) - tick).await;
+    assert!(!poll_once(&mut sleep).await, "a tick early");
+    advance(&clock, tick).await;
+    assert!(poll_once(&mut sleep).await, "60 virtual seconds passed");
+    assert_eq!(sleep.await, Ok(()));
+    assert!(
+        poll_fn(|cx| Poll::Ready(timeout.as_mut().poll(cx).is_pending())).await,
+        "the timeout is at 90 s"
+    );
+    advance(&clock, Duration::from_secs(30) - tick).await;
+    assert!(
+        poll_fn(|cx| Poll::Ready(timeout.as_mut().poll(cx).is_pending())).await,
+        "a tick early"
+    );
+    advance(&clock, tick).await;
+    assert_eq!(timeout.await, Err(Elapsed::Deadline));
+    assert!(clock.now() >= start + Duration::from_secs(90));
+}
+
+/// An instant already past is due at once: the sleep and the timeout complete at the next
+/// tick, a future that is ready wins over a past deadline, and nothing is left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_past_instant_completes_at_the_next_tick() {
+    let timers = service();
+    let past = Instant::now()
+        .checked_sub(Duration::from_secs(1))
+        .unwrap_or_else(Instant::now);
+    let start = Instant::now();
+    assert_eq!(timers.sleep_until(past).await, Ok(()));
+    let never = std::future::pending::<()>();
+    assert_eq!(timers.timeout_at(past, never).await, Err(Elapsed::Deadline));
+    assert_eq!(timers.timeout_at(past, async { 3 }).await, Ok(3));
+    assert!(
+        start.elapsed() < LOST_WAKEUP,
+        "a past instant took {:?}",
+        start.elapsed()
+    );
+    let mut completed = timers.sleep(Duration::from_millis(1));
+    (&mut completed).await.unwrap();
+    completed.reset_at(past);
+    assert_eq!(completed.await, Ok(()), "reset to a past instant");
+    // The ready future's timeout cancelled its timer; the other four fired.
+    let stats = stats_once(&timers, |s| s.pending == 0).await;
+    assert_eq!((stats.fired, stats.cancelled, stats.pending), (4, 1, 0));
+}
+
+/// `Sleep::reset_at` in virtual time, as `reset`: while pending it postpones and brings the
+/// deadline forward; once completed it makes the sleep pending again; on a shut-down service
+/// it resolves to the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_at_moves_a_sleep_pending_or_completed() {
+    let (timers, clock) = common::manual(2, 2);
+    let start = clock.now();
+    let at = |secs| start + Duration::from_secs(secs);
+    let mut sleep = timers.sleep_until(at(10));
+    assert!(!poll_once(&mut sleep).await);
+    advance(&clock, Duration::from_secs(6)).await;
+    sleep.reset_at(at(16));
+    advance(&clock, Duration::from_secs(9)).await; // 15 s
+    assert!(!poll_once(&mut sleep).await, "postponed past 10 s");
+    sleep.reset_at(at(17)); // earlier than 16 + 10, later than now
+    advance(&clock, Duration::from_secs(1)).await; // 16 s
+    assert!(!poll_once(&mut sleep).await, "16 s: not before 17");
+    advance(&clock, Duration::from_secs(1)).await; // 17 s
+    assert!(poll_once(&mut sleep).await, "17 s: due");
+    sleep.reset_at(at(20));
+    assert!(!poll_once(&mut sleep).await, "pending again after a reset");
+    advance(&clock, Duration::from_secs(3)).await;
+    assert!(poll_once(&mut sleep).await);
+    assert_eq!(timers.stats().cancelled, 0, "every move was a reschedule");
+    drop(timers.shutdown());
+    sleep.reset_at(at(30));
+    assert_eq!(
+        sleep.await,
+        Err(TimerError::Refused(ScheduleError::Shutdown))
+    );
+}
+
+/// `try_sleep_until` and `timeout_at` schedule with `try_schedule_at`: a full ring refuses
+/// them at once instead of blocking the runtime thread for `saturation_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_ring_refuses_sleep_until_and_timeout_at_at_once() {
+    let timers = service_with_a_full_ring(Duration::from_secs(3), Duration::from_secs(30));
+    let start = Instant::now();
+    let at = Instant::now() + Duration::from_millis(10);
+    assert_eq!(
+        timers.try_sleep_until(at).err(),
+        Some(ScheduleError::Saturated)
+    );
+    let saturated = TimerError::Refused(ScheduleError::Saturated);
+    assert_eq!(timers.sleep_until(at).await, Err(saturated.clone()));
+    let never = std::future::pending::<()>();
+    assert_eq!(
+        timers.timeout_at(at, never).await,
+        Err(Elapsed::TimerFailed(saturated))
+    );
+    assert_eq!(
+        timers.try_schedule_at(at, || {}).err(),
+        Some(ScheduleError::Saturated)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "waited {:?}",
+        start.elapsed()
+    );
+    assert_eq!(timers.stats().rejected, 4, "each refusal is counted");
+}

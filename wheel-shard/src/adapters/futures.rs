@@ -1,6 +1,8 @@
-//! Futures on top of the service: [`TimerService::sleep`] and [`TimerService::timeout`].
+//! Futures on top of the service: [`TimerService::sleep`] and [`TimerService::timeout`], and
+//! their versions to an instant ([`TimerService::sleep_until`], [`TimerService::timeout_at`]).
 //!
-//! Built only on the public API (`try_schedule` and `cancel`): the timer's callback marks a
+//! Built only on the public API (`try_schedule`, `try_schedule_at`, `reschedule`,
+//! `reschedule_at` and `cancel`): the timer's callback marks a
 //! shared [`Signal`] fired and wakes the waiting task; dropping the future cancels its timer.
 //! Nothing here needs a tokio runtime (the futures work on any executor): the module sits
 //! behind the `async` feature (`tokio` is its old name, kept as an alias), which pulls in no
@@ -28,7 +30,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{ScheduleError, TimerId, TimerService};
 
@@ -61,11 +63,55 @@ const PENDING: u8 = 0;
 const FIRED: u8 = 1;
 const ABANDONED: u8 = 2;
 
+/// The waker of the task waiting on a future, shared with the timer callback that wakes it.
+///
+/// The waiting side [`register`](Self::register)s its waker and then reads the outcome; the
+/// callback records the outcome and then [`wake`](Self::wake)s. The lock orders the two, so a
+/// callback racing with a poll either finds the new waker or its outcome is seen by that poll:
+/// no wake-up is lost.
+#[derive(Default)]
+pub(super) struct WakerSlot(Mutex<Option<Waker>>);
+
+impl WakerSlot {
+    /// Stores `waker`, unless the stored one wakes the same task (sparing a clone per poll).
+    pub(super) fn register(&self, waker: &Waker) {
+        let mut slot = self.lock();
+        match slot.as_ref() {
+            Some(stored) if stored.will_wake(waker) => {}
+            _ => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// Stores `waker`, replacing any other: a waker taken from another slot, moved over.
+    pub(super) fn put(&self, waker: Waker) {
+        *self.lock() = Some(waker);
+    }
+
+    /// Takes the stored waker: the task is woken by the caller, or forgotten (a future being
+    /// dropped, whose timer's end must wake nobody).
+    pub(super) fn take(&self) -> Option<Waker> {
+        self.lock().take()
+    }
+
+    /// Wakes the stored waker, if any, and forgets it: the woken task registers again when it
+    /// polls.
+    pub(super) fn wake(&self) {
+        if let Some(waker) = self.take() {
+            waker.wake();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        // A waker's `clone` or `drop` that panicked leaves a usable slot behind.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Shared by a [`Sleep`] and its timer's callback: the outcome and the waker to call.
 #[derive(Default)]
 struct Signal {
     state: AtomicU8,
-    waker: Mutex<Option<Waker>>,
+    waker: WakerSlot,
 }
 
 impl Signal {
@@ -76,33 +122,48 @@ impl Signal {
             .compare_exchange(PENDING, outcome, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            if let Some(waker) = self.take_waker() {
-                waker.wake();
-            }
+            self.waker.wake();
         }
     }
 
-    fn take_waker(&self) -> Option<Waker> {
-        self.waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    /// Stores the task's waker, then reads the outcome. Storing first means a `settle` racing
-    /// with this poll either finds the waker or is seen here.
+    /// Stores the task's waker, then reads the outcome (see [`WakerSlot`]).
     fn poll_outcome(&self, cx: &mut Context<'_>) -> Poll<Result<(), TimerError>> {
-        {
-            let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
-            match slot.as_ref() {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                _ => *slot = Some(cx.waker().clone()),
-            }
-        }
+        self.waker.register(cx.waker());
         match self.state.load(Ordering::Acquire) {
             PENDING => Poll::Pending,
             FIRED => Poll::Ready(Ok(())),
             _ => Poll::Ready(Err(TimerError::Abandoned)),
+        }
+    }
+}
+
+/// When a future's timer is due: a delay from now, or an instant. One type, so that each
+/// future has a single constructor and [`Sleep`] a single reset for both kinds of deadline.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    After(Duration),
+    At(Instant),
+}
+
+impl Due {
+    /// Schedules `task` for this deadline without waiting for ring room: the callers are async
+    /// tasks, which must not block their runtime thread.
+    fn try_schedule(
+        self,
+        timers: &TimerService,
+        task: impl FnOnce() + Send + 'static,
+    ) -> Result<TimerId, ScheduleError> {
+        match self {
+            Due::After(delay) => timers.try_schedule(delay, task),
+            Due::At(deadline) => timers.try_schedule_at(deadline, task),
+        }
+    }
+
+    /// Moves the pending timer `id` to this deadline; `false` when it is no longer pending.
+    fn reschedule(self, timers: &TimerService, id: TimerId) -> bool {
+        match self {
+            Due::After(delay) => timers.reschedule(id, delay),
+            Due::At(deadline) => timers.reschedule_at(id, deadline),
         }
     }
 }
@@ -132,7 +193,8 @@ impl Drop for Alarm {
 }
 
 /// A future that completes when its timer in a [`TimerService`] fires, never earlier than
-/// the requested delay. Dropping it cancels the timer (counted in `Stats::cancelled`).
+/// the requested delay or instant. Dropping it cancels the timer (counted in
+/// `Stats::cancelled`).
 ///
 /// Resolves to `Ok(())` when the timer fired, or to a [`TimerError`] when the service refused
 /// or dropped it. It holds a handle to the service, so a pending `Sleep` keeps the service
@@ -166,7 +228,7 @@ impl Drop for Sleep {
     fn drop(&mut self) {
         if let Some(id) = self.timer.take() {
             // Forget the waker first so the cancelled callback's drop wakes nobody.
-            drop(self.signal.take_waker());
+            drop(self.signal.waker.take());
             self.timers.cancel(id);
         }
     }
@@ -202,32 +264,53 @@ impl Sleep {
     /// # async fn next_read() -> bool { false }
     /// ```
     pub fn reset(&mut self, delay: Duration) {
+        self.reset_to(Due::After(delay));
+    }
+
+    /// [`reset`](Self::reset) to an instant: the sleep then completes at the first tick at or
+    /// after `deadline`, never earlier, as a new [`TimerService::sleep_until`] would; with an
+    /// instant already past it completes at the service's next tick. Everything else is as
+    /// `reset` says: while its timer is pending this is a [`TimerService::reschedule_at`].
+    ///
+    /// ```
+    /// # async fn request(timers: wheel_shard::TimerService) {
+    /// use std::time::{Duration, Instant};
+    /// // A deadline for the whole exchange, extended once when the server asks for more time.
+    /// let started = Instant::now();
+    /// let mut deadline = timers.sleep_until(started + Duration::from_secs(5));
+    /// if server_asked_for_more_time().await {
+    ///     deadline.reset_at(started + Duration::from_secs(10));
+    /// }
+    /// let _ = deadline.await;
+    /// # }
+    /// # async fn server_asked_for_more_time() -> bool { false }
+    /// ```
+    pub fn reset_at(&mut self, deadline: Instant) {
+        self.reset_to(Due::At(deadline));
+    }
+
+    /// Moves the deadline to `due`: see [`reset`](Self::reset).
+    fn reset_to(&mut self, due: Due) {
         // A timer that moves has not been claimed to run, so its signal is still unsettled.
         if self
             .timer
-            .is_some_and(|id| self.timers.reschedule(id, delay))
+            .is_some_and(|id| due.reschedule(&self.timers, id))
         {
             return;
         }
         // The old timer ran, is running, was refused or dropped: its callback (if it is still
         // on its way) settles the old signal, which nobody polls any more.
-        let waker = self.signal.take_waker();
+        let waker = self.signal.waker.take();
         if let Some(id) = self.timer.take() {
             self.timers.cancel(id);
         }
-        *self = self.timers.sleep(delay);
+        *self = self.timers.sleep_to(due);
         if let Some(waker) = waker {
-            *self
-                .signal
-                .waker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(waker);
+            self.signal.waker.put(waker);
             // The new timer may have settled before its waker was in, or been refused: the
             // task has an outcome to poll.
             if self.refused.is_some() || self.signal.state.load(Ordering::Acquire) != PENDING {
-                if let Some(waker) = self.signal.take_waker() {
-                    waker.wake();
-                }
+                self.signal.waker.wake();
             }
         }
     }
@@ -283,7 +366,84 @@ impl TimerService {
     /// the future resolves at its first poll to [`TimerError::Refused`]. Use
     /// [`try_sleep`](Self::try_sleep) to see the refusal here.
     pub fn sleep(&self, delay: Duration) -> Sleep {
-        self.try_sleep(delay).unwrap_or_else(|error| Sleep {
+        self.sleep_to(Due::After(delay))
+    }
+
+    /// Like [`sleep`](Self::sleep), but a refused timer is an error now. Never blocks: a full
+    /// ring is [`ScheduleError::Saturated`] at once, not after `saturation_timeout`.
+    pub fn try_sleep(&self, delay: Duration) -> Result<Sleep, ScheduleError> {
+        self.try_sleep_to(Due::After(delay))
+    }
+
+    /// A future that completes at `deadline`: at the first tick at or after it, never earlier.
+    /// An instant already past is due at once: the sleep completes when the service's next
+    /// tick runs its timer (its first poll may still be pending, as with a zero
+    /// [`sleep`](Self::sleep)). Scheduled as [`sleep`](Self::sleep) is, with
+    /// [`try_schedule_at`](Self::try_schedule_at): a refusal resolves the first poll to
+    /// [`TimerError::Refused`].
+    ///
+    /// An instant keeps a deadline exact across steps that each wait: a request's budget
+    /// shared by its retries, say, where a `sleep` would recompute the time left at each step.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let timers = TimerService::new(Config::default()).unwrap();
+    /// # let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # runtime.block_on(async {
+    /// let at = Instant::now() + Duration::from_millis(20);
+    /// timers.sleep_until(at).await.unwrap();
+    /// assert!(Instant::now() >= at);
+    /// # });
+    /// ```
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        self.sleep_to(Due::At(deadline))
+    }
+
+    /// Like [`sleep_until`](Self::sleep_until), but a refused timer is an error now. Never
+    /// blocks: a full ring is [`ScheduleError::Saturated`] at once.
+    pub fn try_sleep_until(&self, deadline: Instant) -> Result<Sleep, ScheduleError> {
+        self.try_sleep_to(Due::At(deadline))
+    }
+
+    /// Runs `future` with a deadline `delay` from now: its output, or [`Elapsed::Deadline`]
+    /// once the deadline passed (never before). Dropping the `Timeout` cancels its timer.
+    /// Schedules like [`sleep`](Self::sleep), without blocking: a refused timer (a full ring
+    /// included) gives [`Elapsed::TimerFailed`] at the first poll.
+    pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<F> {
+        self.timeout_to(Due::After(delay), future)
+    }
+
+    /// Runs `future` with a deadline at `deadline`: its output, or [`Elapsed::Deadline`] once
+    /// the first tick at or after `deadline` passed (never before; with an instant already
+    /// past, `Deadline` comes at the service's next tick, unless the future is ready first).
+    /// Otherwise as [`timeout`](Self::timeout): dropping it cancels its timer, and a refused
+    /// timer gives [`Elapsed::TimerFailed`] at the first poll.
+    ///
+    /// ```
+    /// # async fn example(timers: wheel_shard::TimerService) {
+    /// use std::time::{Duration, Instant};
+    /// // One budget for a request and its retries: each attempt gets what is left of it.
+    /// let budget = Instant::now() + Duration::from_millis(500);
+    /// for _ in 0..3 {
+    ///     match timers.timeout_at(budget, attempt()).await {
+    ///         Ok(true) => break,    // done
+    ///         Ok(false) => continue, // failed in time: retry within the same budget
+    ///         Err(_) => break,      // the budget is spent (or the service cannot keep it)
+    ///     }
+    /// }
+    /// # }
+    /// # async fn attempt() -> bool { true }
+    /// ```
+    pub fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
+        self.timeout_to(Due::At(deadline), future)
+    }
+
+    /// The one constructor of [`Sleep`] that does not fail: a refusal becomes its first
+    /// outcome.
+    fn sleep_to(&self, due: Due) -> Sleep {
+        self.try_sleep_to(due).unwrap_or_else(|error| Sleep {
             timers: self.clone(),
             signal: Arc::default(),
             timer: None,
@@ -291,13 +451,11 @@ impl TimerService {
         })
     }
 
-    /// Like [`sleep`](Self::sleep), but a refused timer is an error now. Never blocks: a full
-    /// ring is [`ScheduleError::Saturated`] at once, not after `saturation_timeout`.
-    pub fn try_sleep(&self, delay: Duration) -> Result<Sleep, ScheduleError> {
+    /// Arms a timer whose callback settles a new sleep's signal.
+    fn try_sleep_to(&self, due: Due) -> Result<Sleep, ScheduleError> {
         let signal = Arc::new(Signal::default());
         let alarm = Alarm(Arc::clone(&signal));
-        // try_schedule: the caller is an async task, which must not wait for ring room.
-        let id = self.try_schedule(delay, move || alarm.ring())?;
+        let id = due.try_schedule(self, move || alarm.ring())?;
         Ok(Sleep {
             timers: self.clone(),
             signal,
@@ -306,14 +464,10 @@ impl TimerService {
         })
     }
 
-    /// Runs `future` with a deadline `delay` from now: its output, or [`Elapsed::Deadline`]
-    /// once the deadline passed (never before). Dropping the `Timeout` cancels its timer.
-    /// Schedules like [`sleep`](Self::sleep), without blocking: a refused timer (a full ring
-    /// included) gives [`Elapsed::TimerFailed`] at the first poll.
-    pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<F> {
+    fn timeout_to<F: Future>(&self, due: Due, future: F) -> Timeout<F> {
         Timeout {
             future: Box::pin(future),
-            sleep: self.sleep(delay),
+            sleep: self.sleep_to(due),
         }
     }
 }
