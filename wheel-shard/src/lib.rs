@@ -139,6 +139,8 @@ mod timer;
 
 #[cfg(feature = "async")]
 pub use adapters::futures::{Elapsed, Sleep, Timeout, TimerError};
+#[cfg(feature = "async")]
+pub use adapters::interval::Interval;
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
 pub use runtime::manual_clock::ManualClock;

@@ -312,10 +312,31 @@ impl TimerService {
         period: Duration,
         task: impl FnMut() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
+        self.submit_every(period, task, self.saturation_wait())
+    }
+
+    /// [`TimerService::schedule_repeating`] that never waits for ring room, for the async
+    /// adapter's `Interval`, whose callers must not block.
+    #[cfg(feature = "async")]
+    pub(crate) fn try_schedule_repeating(
+        &self,
+        period: Duration,
+        task: impl FnMut() + Send + 'static,
+    ) -> Result<TimerId, ScheduleError> {
+        self.submit_every(period, task, Duration::ZERO)
+    }
+
+    /// A repeating timer, waiting up to `wait` for ring room.
+    fn submit_every(
+        &self,
+        period: Duration,
+        task: impl FnMut() + Send + 'static,
+        wait: Duration,
+    ) -> Result<TimerId, ScheduleError> {
         let clock = &self.core().clock;
         let deadline = clock.deadline_after(period);
         let period = clock.period(period);
-        self.submit(deadline, Task::every(task, period), self.saturation_wait())
+        self.submit(deadline, Task::every(task, period), wait)
     }
 
     /// How long `schedule` waits for room in a full ring.

@@ -36,7 +36,7 @@ mod adapter {
     use std::thread::{self, Thread};
 
     use common::{eventually, flag, manual};
-    use wheel_shard::{Elapsed, ManualClock, Sleep, TimerError};
+    use wheel_shard::{Elapsed, Interval, ManualClock, Sleep, TimerError};
 
     /// Late enough to call a wake-up lost on a loaded 2-core machine.
     const LOST_WAKEUP: Duration = Duration::from_secs(3);
@@ -897,6 +897,213 @@ mod adapter {
                 poll_fresh(&mut timeout).0,
                 Poll::Ready(Err(Elapsed::TimerFailed(TimerError::Abandoned)))
             );
+        });
+    }
+
+    /// Polls `interval` once with `waker`.
+    fn tick_with(interval: &mut Interval, waker: &Arc<Unpark>) -> Poll<Result<u64, TimerError>> {
+        let waker = Waker::from(Arc::clone(waker));
+        interval.poll_tick(&mut Context::from_waker(&waker))
+    }
+
+    // Guards: an Interval polled on one thread and then on another with a different waker
+    // wakes only the latest waker; 3.5 periods without a poll give Ok(3) in one tick, the next
+    // poll is Pending (no burst), and the next period gives Ok(1) at its deadline, not before.
+    #[test]
+    fn an_interval_wakes_its_latest_waker_and_counts_the_missed_periods() {
+        within(SOON, || {
+            let (timers, clock) = manual(2, 2);
+            let tick = timers.config().tick;
+            let period = Duration::from_millis(100);
+            let mut interval = timers.interval(period);
+            let waker_a = Unpark::here();
+            assert!(tick_with(&mut interval, &waker_a).is_pending());
+            let (mut interval, waker_b) = thread::spawn(move || {
+                let waker = Unpark::here();
+                assert!(tick_with(&mut interval, &waker).is_pending());
+                (interval, waker)
+            })
+            .join()
+            .expect("poller B");
+            clock.advance(period * 7 / 2);
+            assert_eq!(waker_a.wakes(), 0, "a replaced waker was woken");
+            assert!(waker_b.wakes() >= 1, "the latest waker was not woken");
+            assert_eq!(tick_with(&mut interval, &waker_b), Poll::Ready(Ok(3)));
+            let waker_c = Unpark::here();
+            assert!(tick_with(&mut interval, &waker_c).is_pending(), "a burst");
+            clock.advance(period / 2 - tick);
+            assert_eq!(waker_c.wakes(), 0, "woken a tick early");
+            assert!(tick_with(&mut interval, &waker_c).is_pending());
+            clock.advance(tick);
+            assert_eq!(waker_c.wakes(), 1);
+            assert_eq!(tick_with(&mut interval, &waker_c), Poll::Ready(Ok(1)));
+            drop(interval);
+            assert_eq!(timers.pending(), 0, "the drop cancelled the timer");
+            assert_eq!(timers.stats().cancelled, 1);
+        });
+    }
+
+    // Guards: an interval's timer handed back by shutdown and then run by the caller
+    // (Unfired::run) or dropped: the run is not counted as a period (no deadline was
+    // reached), both intervals end Abandoned, their wakers are woken, and stay so.
+    #[test]
+    fn an_interval_timer_handed_back_and_run_or_dropped_is_abandoned() {
+        within(SOON, || {
+            let timers = common::service();
+            let mut run = timers.interval(Duration::from_secs(60));
+            let mut dropped = timers.interval(Duration::from_secs(60));
+            let (run_waker, dropped_waker) = (Unpark::here(), Unpark::here());
+            assert!(tick_with(&mut run, &run_waker).is_pending());
+            assert!(tick_with(&mut dropped, &dropped_waker).is_pending());
+            let mut unfired = timers.shutdown();
+            assert_eq!(unfired.len(), 2);
+            unfired.pop().unwrap().run();
+            unfired.pop().unwrap().run();
+            assert_eq!((run_waker.wakes(), dropped_waker.wakes()), (1, 1));
+            for interval in [&mut run, &mut dropped] {
+                for _ in 0..3 {
+                    assert_eq!(
+                        poll_interval(interval),
+                        Poll::Ready(Err(TimerError::Abandoned)),
+                        "a handed-back run counted as a period, or left hanging"
+                    );
+                }
+            }
+            let mut refused = timers.interval(Duration::from_secs(60));
+            assert_eq!(
+                poll_interval(&mut refused),
+                Poll::Ready(Err(TimerError::Refused(ScheduleError::Shutdown)))
+            );
+        });
+    }
+
+    /// Polls `interval` once with a fresh counting waker.
+    fn poll_interval(interval: &mut Interval) -> Poll<Result<u64, TimerError>> {
+        tick_with(interval, &Unpark::here())
+    }
+
+    // Guards: a hostile waker that runs its task inline inside `wake`, on the service's
+    // worker inside the interval's own callback: it ticks the interval from there (no
+    // deadlock on the waker slot), and after five ticks drops the interval there, which
+    // cancels the timer from inside its own run; the service then holds nothing.
+    #[test]
+    fn a_waker_that_ticks_inline_from_the_callback_and_drops_the_interval_there() {
+        /// The task: the interval and the ticks it took.
+        struct Inline {
+            interval: Mutex<Option<Interval>>,
+            ticks: Mutex<Vec<Result<u64, TimerError>>>,
+        }
+
+        impl Wake for Inline {
+            fn wake(self: Arc<Self>) {
+                let waker = Waker::from(Arc::clone(&self));
+                let mut slot = self.interval.lock().unwrap();
+                let Some(interval) = slot.as_mut() else {
+                    return;
+                };
+                while let Poll::Ready(outcome) =
+                    interval.poll_tick(&mut Context::from_waker(&waker))
+                {
+                    let mut ticks = self.ticks.lock().unwrap();
+                    let failed = outcome.is_err();
+                    ticks.push(outcome);
+                    if ticks.len() == 5 || failed {
+                        drop(slot.take()); // cancels from inside the run
+                        return;
+                    }
+                }
+            }
+        }
+
+        within(SOON, || {
+            let (timers, clock) = manual(1, 1);
+            let period = Duration::from_millis(10);
+            let task = Arc::new(Inline {
+                interval: Mutex::new(Some(timers.interval(period))),
+                ticks: Mutex::new(Vec::new()),
+            });
+            Arc::clone(&task).wake(); // the first poll, from the test thread
+            for _ in 0..7 {
+                clock.advance(period);
+            }
+            assert_eq!(*task.ticks.lock().unwrap(), vec![Ok(1); 5]);
+            assert!(task.interval.lock().unwrap().is_none());
+            assert!(eventually(SOON, || timers.pending() == 0));
+            let stats = timers.stats();
+            assert_eq!((stats.fired, stats.cancelled, stats.panicked), (5, 1, 0));
+        });
+    }
+
+    // Guards: the callback holds no service handle, the Interval does (as a Sleep does):
+    // with the application's handles gone the service runs and ticks while the interval
+    // lives, and dropping the interval lets it shut down (its other unfired task is dropped).
+    #[test]
+    fn an_interval_keeps_its_service_running_only_while_it_lives() {
+        within(SOON, || {
+            let timers = common::service();
+            let (shut_down, flag) = flag();
+            timers
+                .schedule(Duration::from_secs(60), move || drop(flag))
+                .unwrap();
+            let mut interval = timers.interval(Duration::from_millis(2));
+            drop(timers);
+            for _ in 0..3 {
+                assert!(block_on(interval.tick(), LOST_WAKEUP).expect("ticking") >= 1);
+            }
+            assert!(
+                !shut_down.load(Ordering::SeqCst),
+                "shut down under a live interval"
+            );
+            drop(interval);
+            assert!(
+                eventually(SOON, || shut_down.load(Ordering::SeqCst)),
+                "the interval is gone but the service still runs"
+            );
+        });
+    }
+
+    // Guards: intervals made, ticked and dropped at random on four threads while a fifth
+    // shuts the service down: every tick ends (Ok before the shutdown; Abandoned or
+    // Refused(Shutdown) after it, and then for good), none hangs, and nothing is left pending.
+    #[test]
+    fn intervals_racing_shutdown_end_without_hanging() {
+        within(SOON * 3, || {
+            let timers = common::service();
+            let racers: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let timers = timers.clone();
+                    thread::spawn(move || {
+                        let mut rng = SmallRng::seed_from_u64(0x1E7 + t);
+                        let mut ended = 0;
+                        while ended < 20 {
+                            let period = Duration::from_micros(rng.random_range(500..3_000));
+                            let mut interval = timers.interval(period);
+                            for _ in 0..rng.random_range(0..4) {
+                                match block_on(interval.tick(), LOST_WAKEUP) {
+                                    Ok(n) => assert!(n >= 1),
+                                    Err(error) => {
+                                        assert!(matches!(
+                                            error,
+                                            TimerError::Abandoned
+                                                | TimerError::Refused(ScheduleError::Shutdown)
+                                        ));
+                                        let again = block_on(interval.tick(), LOST_WAKEUP);
+                                        assert_eq!(again, Err(error), "not for good");
+                                        ended += 1;
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            thread::sleep(Duration::from_millis(50));
+            drop(timers.shutdown());
+            for racer in racers {
+                racer.join().expect("a racer failed");
+            }
+            assert_eq!(timers.pending(), 0);
         });
     }
 

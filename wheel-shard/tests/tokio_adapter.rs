@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::service_with_a_full_ring;
 use rand::Rng;
-use wheel_shard::{Config, Elapsed, ScheduleError, Sleep, TimerError, TimerService};
+use wheel_shard::{Config, Elapsed, Interval, ScheduleError, Sleep, TimerError, TimerService};
 
 /// Late enough to call a wake-up lost. Tests run in parallel on a 2-core machine (the 100k
 /// sleeps among them), so scheduling alone can delay a wake-up by a few hundred ms.
@@ -609,4 +609,227 @@ async fn a_full_ring_refuses_sleep_until_and_timeout_at_at_once() {
         start.elapsed()
     );
     assert_eq!(timers.stats().rejected, 4, "each refusal is counted");
+}
+
+/// Polls `interval` once, so it has registered a waker; its outcome if it was ready.
+async fn tick_now(interval: &mut Interval) -> Option<Result<u64, TimerError>> {
+    match poll_fn(|cx| Poll::Ready(interval.poll_tick(cx))).await {
+        Poll::Ready(outcome) => Some(outcome),
+        Poll::Pending => None,
+    }
+}
+
+/// An interval in virtual time: the first tick one period after creation (never a tick
+/// early), then one a period; a task that did not tick for 3.5 periods learns of the 3
+/// missed ones in one tick, and the tick after waits for the next deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_ticks_each_period_and_counts_the_missed_ones() {
+    let (timers, clock) = common::manual(2, 2);
+    let tick = timers.config().tick;
+    let period = Duration::from_secs(10);
+    let mut interval = timers.interval(period);
+    assert_eq!(interval.period(), period);
+    assert_eq!(
+        tick_now(&mut interval).await,
+        None,
+        "tokio's first tick is at once; not ours"
+    );
+    advance(&clock, period - tick).await;
+    assert_eq!(tick_now(&mut interval).await, None, "a tick early");
+    advance(&clock, tick).await;
+    assert_eq!(tick_now(&mut interval).await, Some(Ok(1)));
+    assert_eq!(tick_now(&mut interval).await, None, "one tick a period");
+    advance(&clock, period * 7 / 2).await; // busy for 3.5 periods
+    assert_eq!(
+        interval.tick().await,
+        Ok(3),
+        "the missed periods, in one tick"
+    );
+    assert_eq!(tick_now(&mut interval).await, None, "no burst after it");
+    advance(&clock, period / 2).await;
+    assert_eq!(interval.tick().await, Ok(1), "the phase is kept");
+    let stats = timers.stats();
+    assert_eq!(
+        (stats.scheduled, stats.fired),
+        (1, 5),
+        "one timer, run 1 + 3 + 1 times"
+    );
+    assert_eq!(timers.pending(), 1);
+}
+
+/// A task waiting on `tick` is woken once a period, and its ticks come in order, each one
+/// period after the one before in virtual time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_on_an_interval_is_woken_each_period_in_order() {
+    let (timers, clock) = common::manual(2, 2);
+    let period = Duration::from_millis(250);
+    let start = clock.now();
+    let mut interval = timers.interval(period);
+    let (ticks_tx, mut ticks) = tokio::sync::mpsc::unbounded_channel();
+    let virtual_now = clock.clone();
+    let ticker = tokio::spawn(async move {
+        for _ in 0..5 {
+            let outcome = interval.tick().await;
+            ticks_tx.send((outcome, virtual_now.now())).unwrap();
+        }
+    });
+    for n in 1..=5u32 {
+        advance(&clock, period).await;
+        let (outcome, at) = tokio::time::timeout(LOST_WAKEUP, ticks.recv())
+            .await
+            .expect("the tick woke its task")
+            .unwrap();
+        assert_eq!(outcome, Ok(1), "tick {n}");
+        assert_eq!(at, start + period * n, "tick {n} at its own period");
+    }
+    ticker.await.unwrap();
+    // The task ended and dropped its interval: the timer is cancelled.
+    let stats = stats_once(&timers, |s| s.pending == 0).await;
+    assert_eq!((stats.cancelled, stats.pending), (1, 0));
+}
+
+/// One repeating timer serves an interval's whole life, and dropping the interval cancels it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_interval_cancels_its_one_timer() {
+    let timers = service();
+    let mut interval = timers.interval(Duration::from_millis(5));
+    for _ in 0..4 {
+        assert!(interval.tick().await.expect("ticking") >= 1);
+    }
+    assert_eq!(timers.pending(), 1);
+    drop(interval);
+    let stats = stats_once(&timers, |s| s.pending == 0).await;
+    assert_eq!(stats.scheduled, 1, "one timer for the whole life");
+    assert_eq!((stats.cancelled, stats.pending), (1, 0));
+}
+
+/// Shutdown ends an interval: a waiting task is woken with `Abandoned` (not left hanging),
+/// runs counted before the shutdown are still reported first, and every later tick is
+/// `Abandoned` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_an_interval_with_abandoned_for_good() {
+    let (timers, clock) = common::manual(2, 2);
+    let period = Duration::from_secs(1);
+    let mut counted = timers.interval(period);
+    let mut waiting = timers.interval(period * 60);
+    let waiter = tokio::spawn(async move {
+        let outcome = waiting.tick().await;
+        (outcome, waiting)
+    });
+    advance(&clock, period * 2).await;
+    settle().await;
+    let unfired = timers.shutdown();
+    assert_eq!(unfired.len(), 2);
+    drop(unfired);
+    let (outcome, mut waiting) = tokio::time::timeout(LOST_WAKEUP, waiter)
+        .await
+        .expect("shutdown woke the waiting task")
+        .unwrap();
+    assert_eq!(outcome, Err(TimerError::Abandoned));
+    assert_eq!(counted.tick().await, Ok(2), "the runs before the shutdown");
+    for _ in 0..3 {
+        assert_eq!(counted.tick().await, Err(TimerError::Abandoned));
+        assert_eq!(waiting.tick().await, Err(TimerError::Abandoned));
+    }
+}
+
+/// A refused interval says so at every tick rather than hanging: a shut-down service,
+/// `max_pending` reached, and a full ring (at once, without waiting for ring room).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_intervals_say_so_at_every_tick() {
+    let period = Duration::from_millis(10);
+    let closed = service();
+    closed.shutdown();
+    assert_eq!(
+        closed.try_interval(period).err(),
+        Some(ScheduleError::Shutdown)
+    );
+    let mut interval = closed.interval(period);
+    for _ in 0..3 {
+        assert_eq!(
+            interval.tick().await,
+            Err(TimerError::Refused(ScheduleError::Shutdown))
+        );
+    }
+
+    let limited = service_with(Config {
+        max_pending: Some(1),
+        ..Config::default()
+    });
+    let _hold = limited.sleep(Duration::from_secs(60));
+    let too_many = ScheduleError::TooManyPending { limit: 1 };
+    assert_eq!(limited.try_interval(period).err(), Some(too_many.clone()));
+    let mut interval = limited.interval(period);
+    assert_eq!(
+        interval.tick().await,
+        Err(TimerError::Refused(too_many.clone()))
+    );
+    assert_eq!(interval.tick().await, Err(TimerError::Refused(too_many)));
+    drop(interval);
+    assert_eq!(
+        limited.stats().cancelled,
+        0,
+        "a refused interval cancels nothing"
+    );
+
+    let full = service_with_a_full_ring(Duration::from_secs(3), Duration::from_secs(30));
+    let start = Instant::now();
+    assert_eq!(
+        full.try_interval(period).err(),
+        Some(ScheduleError::Saturated)
+    );
+    assert_eq!(
+        full.interval(period).tick().await,
+        Err(TimerError::Refused(ScheduleError::Saturated))
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "waited {:?} for ring room",
+        start.elapsed()
+    );
+}
+
+/// 200 tasks on the real clock, each alternating interval ticks and sleeps to random
+/// instants: no interval ticks before its periods have passed, no sleep_until ends before
+/// its instant, and everything completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_with_intervals_and_sleep_until_are_never_early() {
+    let timers = service();
+    let tasks: Vec<_> = (0..200u64)
+        .map(|t| {
+            let timers = timers.clone();
+            tokio::spawn(async move {
+                let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(t);
+                let period = Duration::from_millis(rng.random_range(2..=20));
+                let created = Instant::now();
+                let mut interval = timers.interval(period);
+                let mut periods = 0u32;
+                for _ in 0..5 {
+                    let n = interval.tick().await.expect("ticking");
+                    periods += u32::try_from(n).unwrap();
+                    let since = created.elapsed();
+                    assert!(
+                        since >= period * periods,
+                        "task {t}: {periods} periods of {period:?} after {since:?}"
+                    );
+                    let at = Instant::now() + Duration::from_micros(rng.random_range(0..20_000));
+                    timers.sleep_until(at).await.expect("timer fired");
+                    let now = Instant::now();
+                    assert!(now >= at, "task {t}: sleep_until {:?} early", at - now);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(LOST_WAKEUP * 20, task)
+            .await
+            .expect("every task completes")
+            .unwrap();
+    }
+    assert!(common::eventually(common::SOON, || timers.pending() == 0));
+    assert_eq!(
+        timers.stats().cancelled,
+        200,
+        "each interval's drop cancelled its timer"
+    );
 }
