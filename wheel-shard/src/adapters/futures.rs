@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 
 use crate::{ScheduleError, TimerId, TimerService};
 
-/// Why a [`Sleep`] ended without the service reaching its deadline.
+/// Why a [`Sleep`] (or an [`Interval`](crate::Interval)'s tick) ended without the service
+/// reaching its deadline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimerError {
     /// The service refused the timer: shut down, `max_pending` reached, or a full ring
