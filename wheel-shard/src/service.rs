@@ -425,8 +425,10 @@ impl TimerService {
             }
             Cancelled::DuringRun => {}
         }
-        core.limit.release();
+        // Counted before its place is given back: a timer that takes the place is then never
+        // seen by `pending()` beside this one still counted as pending (over `max_pending`).
         shard.cancelled.fetch_add(1, Ordering::Relaxed);
+        core.limit.release();
         shard.notify_cleanup();
         true
     }

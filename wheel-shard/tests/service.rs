@@ -496,6 +496,52 @@ fn max_pending_is_exact_and_frees_places() {
     assert_eq!(timers.stats().rejected, 2);
 }
 
+/// `pending()` read while other threads cancel timers and take their places never passes
+/// `max_pending`: a cancel is counted before its place is given back.
+#[test]
+fn pending_never_reads_above_max_pending_while_places_change_hands() {
+    const LIMIT: usize = 8;
+    let timers = service_with(Config {
+        max_pending: Some(LIMIT),
+        ..Config::default()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let churners: Vec<_> = (0..2)
+        .map(|_| {
+            let (timers, stop) = (timers.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match timers.schedule(Duration::from_secs(3600), || {}) {
+                        Ok(id) => held.push(id),
+                        Err(error) => {
+                            assert_eq!(error, ScheduleError::TooManyPending { limit: LIMIT });
+                            if let Some(id) = held.pop() {
+                                assert!(timers.cancel(id));
+                            }
+                        }
+                    }
+                }
+                held
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut reads = 0u64;
+    while started.elapsed() < Duration::from_millis(500) {
+        let pending = timers.pending();
+        assert!(
+            pending <= LIMIT,
+            "pending() read {pending}, above max_pending {LIMIT}"
+        );
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let held: usize = churners.into_iter().map(|c| c.join().unwrap().len()).sum();
+    assert!(reads > 1_000, "the reader ran ({reads} reads)");
+    assert_eq!(timers.pending(), held);
+}
+
 #[test]
 fn a_full_ring_waits_then_reports_saturated() {
     let timers = service_with_a_full_ring(Duration::from_secs(2), Duration::from_millis(50));

@@ -202,7 +202,10 @@ impl Core {
         self.preparing.load(Ordering::Relaxed)
     }
 
-    /// Timers scheduled and not yet ended (`TimerService::pending`).
+    /// Timers scheduled and not yet ended (`TimerService::pending`). The pushes are read
+    /// first, with Acquire, and the ends after: every end is counted before its timer's
+    /// `max_pending` place is given back, so an end that let a counted push in is counted
+    /// too, and the figure never passes `max_pending`.
     pub(crate) fn pending(&self) -> usize {
         let scheduled: u64 = self.shards.iter().map(|s| s.pushed()).sum();
         let cancelled: u64 = self

@@ -158,7 +158,9 @@ impl<T> PendingRing<T> {
 
     /// Every successful push so far.
     pub(crate) fn pushed(&self) -> u64 {
-        self.tail.load(Ordering::Relaxed) & !CLOSED
+        // Acquire: a reader that counts a push also sees what happened before it, such as the
+        // count of the cancel whose `max_pending` place the push took (`Core::pending`).
+        self.tail.load(Ordering::Acquire) & !CLOSED
     }
 
     /// Values claimed and not yet taken (a snapshot).
