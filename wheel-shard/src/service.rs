@@ -315,10 +315,21 @@ impl TimerService {
         self.submit_every(period, task, self.saturation_wait())
     }
 
-    /// [`TimerService::schedule_repeating`] that never waits for ring room, for the async
-    /// adapter's `Interval`, whose callers must not block.
-    #[cfg(feature = "async")]
-    pub(crate) fn try_schedule_repeating(
+    /// [`TimerService::schedule_repeating`] that never waits: when the shard's pending ring is
+    /// full it returns [`ScheduleError::Saturated`] at once instead of waiting up to
+    /// [`Config::saturation_timeout`], as [`TimerService::try_schedule`] does for a one-shot.
+    /// For async code (the async adapter's `Interval` uses it) and other callers that must not
+    /// block.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let timers = TimerService::new(Config::default()).unwrap();
+    /// let id = timers.try_schedule_repeating(Duration::from_secs(1), || {}).unwrap();
+    /// assert!(timers.cancel(id));
+    /// ```
+    pub fn try_schedule_repeating(
         &self,
         period: Duration,
         task: impl FnMut() + Send + 'static,

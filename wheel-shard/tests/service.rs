@@ -576,6 +576,25 @@ fn a_full_ring_waits_then_reports_saturated() {
         start.elapsed()
     );
     assert_eq!(timers.stats().rejected, 2);
+    // Nor do its instant and repeating forms.
+    let start = Instant::now();
+    let at = Instant::now() + Duration::from_secs(60);
+    assert_eq!(
+        timers.try_schedule_at(at, || {}).unwrap_err(),
+        ScheduleError::Saturated
+    );
+    assert_eq!(
+        timers
+            .try_schedule_repeating(Duration::from_secs(60), || {})
+            .unwrap_err(),
+        ScheduleError::Saturated
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(40),
+        "try_schedule_at and try_schedule_repeating waited {:?}",
+        start.elapsed()
+    );
+    assert_eq!(timers.stats().rejected, 4);
     // Once the tick thread is back, the ring drains and scheduling works again.
     assert!(eventually(SOON, || timers
         .schedule(Duration::from_secs(60), || {})
