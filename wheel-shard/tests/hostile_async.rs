@@ -163,29 +163,20 @@ mod adapter {
     fn a_waker_changing_at_every_poll_never_loses_the_wakeup() {
         within(SOON * 6, || {
             let timers = common::service();
-            let threads: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let timers = timers.clone();
-                    thread::spawn(move || {
-                        let mut rng = SmallRng::seed_from_u64(0xA5_0000 + t);
-                        for _ in 0..150 {
-                            let delay = Duration::from_micros(rng.random_range(0..4_000));
-                            let begun = Instant::now();
-                            let mut sleep = timers.sleep(delay);
-                            // A poll with a waker that is replaced at once: only the second
-                            // may be relied on.
-                            let _ = poll_fresh(&mut sleep);
-                            let outcome = block_on(sleep, LOST_WAKEUP);
-                            assert_eq!(outcome, Ok(()));
-                            let took = begun.elapsed();
-                            assert!(took >= delay, "sleep({delay:?}) ended after {took:?}");
-                        }
-                    })
-                })
-                .collect();
-            for t in threads {
-                t.join().expect("a sleeper failed");
-            }
+            on_four_threads(&timers, 0xA5_0000, |timers, rng| {
+                for _ in 0..150 {
+                    let delay = Duration::from_micros(rng.random_range(0..4_000));
+                    let begun = Instant::now();
+                    let mut sleep = timers.sleep(delay);
+                    // A poll with a waker that is replaced at once: only the second
+                    // may be relied on.
+                    let _ = poll_fresh(&mut sleep);
+                    let outcome = block_on(sleep, LOST_WAKEUP);
+                    assert_eq!(outcome, Ok(()));
+                    let took = begun.elapsed();
+                    assert!(took >= delay, "sleep({delay:?}) ended after {took:?}");
+                }
+            });
             assert!(eventually(SOON, || timers.pending() == 0));
             let stats = timers.stats();
             assert_eq!((stats.fired, stats.cancelled), (600, 0));
@@ -1114,40 +1105,44 @@ mod adapter {
     fn reset_at_racing_the_firing_is_never_early() {
         within(SOON * 6, || {
             let timers = common::service();
-            let threads: Vec<_> = (0..4u64)
-                .map(|t| {
-                    let timers = timers.clone();
-                    thread::spawn(move || {
-                        let mut rng = SmallRng::seed_from_u64(0x2E5E7 + t);
-                        for _ in 0..100 {
-                            let jitter = |rng: &mut SmallRng| {
-                                Duration::from_micros(rng.random_range(0..3_000))
-                            };
-                            let mut at = Instant::now() + jitter(&mut rng);
-                            let mut sleep = timers.sleep_until(at);
-                            let _ = poll_fresh(&mut sleep);
-                            for _ in 0..rng.random_range(1..4) {
-                                thread::sleep(jitter(&mut rng));
-                                // A third of the moves go to an instant already past.
-                                at = if rng.random_ratio(1, 3) {
-                                    Instant::now() - jitter(&mut rng)
-                                } else {
-                                    Instant::now() + jitter(&mut rng)
-                                };
-                                sleep.reset_at(at);
-                            }
-                            assert_eq!(block_on(&mut sleep, LOST_WAKEUP), Ok(()));
-                            let now = Instant::now();
-                            assert!(now >= at, "ready {:?} before its instant", at - now);
-                        }
-                    })
-                })
-                .collect();
-            for t in threads {
-                t.join().expect("a thread failed");
-            }
+            on_four_threads(&timers, 0x2E5E7, |timers, rng| {
+                for _ in 0..100 {
+                    let jitter =
+                        |rng: &mut SmallRng| Duration::from_micros(rng.random_range(0..3_000));
+                    let mut at = Instant::now() + jitter(rng);
+                    let mut sleep = timers.sleep_until(at);
+                    let _ = poll_fresh(&mut sleep);
+                    for _ in 0..rng.random_range(1..4) {
+                        thread::sleep(jitter(rng));
+                        // A third of the moves go to an instant already past.
+                        at = if rng.random_ratio(1, 3) {
+                            Instant::now() - jitter(rng)
+                        } else {
+                            Instant::now() + jitter(rng)
+                        };
+                        sleep.reset_at(at);
+                    }
+                    assert_eq!(block_on(&mut sleep, LOST_WAKEUP), Ok(()));
+                    let now = Instant::now();
+                    assert!(now >= at, "ready {:?} before its instant", at - now);
+                }
+            });
             assert!(eventually(SOON, || timers.pending() == 0));
         });
+    }
+
+    /// Runs `body` on four threads at once, each with the service and random numbers of its
+    /// own (seeded from `seed` and the thread's number), and returns once all have finished.
+    fn on_four_threads(timers: &TimerService, seed: u64, body: fn(&TimerService, &mut SmallRng)) {
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let timers = timers.clone();
+                thread::spawn(move || body(&timers, &mut SmallRng::seed_from_u64(seed + t)))
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a thread failed");
+        }
     }
 }
 

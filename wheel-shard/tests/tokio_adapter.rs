@@ -544,9 +544,11 @@ async fn a_past_instant_completes_at_the_next_tick() {
     (&mut completed).await.unwrap();
     completed.reset_at(past);
     assert_eq!(completed.await, Ok(()), "reset to a past instant");
-    // The ready future's timeout cancelled its timer; the other four fired.
+    // The other four fired. The ready future's timeout cancelled its timer, unless that timer,
+    // due at the next tick, fired before the timeout was polled and dropped.
     let stats = stats_once(&timers, |s| s.pending == 0).await;
-    assert_eq!((stats.fired, stats.cancelled, stats.pending), (4, 1, 0));
+    assert_eq!(stats.fired + stats.cancelled, 5, "{stats:?}");
+    assert!(stats.fired >= 4 && stats.cancelled <= 1, "{stats:?}");
 }
 
 /// `Sleep::reset_at` in virtual time, as `reset`: while pending it postpones and brings the
