@@ -846,8 +846,19 @@ fn far_entries_against_a_model_in_order_and_on_time() {
                 }
                 assert_eq!(wheel.len(), model.len(), "seed {seed} round {round}");
             }
+            // The drain alone, from a known number of entries: each stop hands entries out,
+            // moves a level's slot down, or places a beyond bucket again, and an entry goes
+            // through at most one of each per level and per bit of its rotation (64), so a
+            // drain that stops more often stops where nothing moves.
+            let (left, mut drain_stops) = (wheel.len(), 0usize);
+            let bound = left * (wheel.levels() + 65) + 64;
             while let Some(next) = wheel.next_expiration() {
                 stops += 1;
+                drain_stops += 1;
+                assert!(
+                    drain_stops <= bound,
+                    "seed {seed}: the drain passed {bound} stops for {left} entries"
+                );
                 for e in wheel.advance(next).collect::<Vec<_>>() {
                     assert_eq!(
                         model.pop_first(),
