@@ -891,10 +891,12 @@ mod adapter {
         });
     }
 
-    /// Polls `interval` once with `waker`.
+    /// Polls `interval`'s tick once with `waker`.
     fn tick_with(interval: &mut Interval, waker: &Arc<Unpark>) -> Poll<Result<u64, TimerError>> {
-        let waker = Waker::from(Arc::clone(waker));
-        interval.poll_tick(&mut Context::from_waker(&waker))
+        poll_with(
+            &mut std::future::poll_fn(|cx| interval.poll_tick(cx)),
+            waker,
+        )
     }
 
     // Guards: an Interval polled on one thread and then on another with a different waker
