@@ -281,7 +281,8 @@ impl Rotation {
         done
     }
 
-    /// [`Rotation::retain_slot`] but for the copy of the tail's end.
+    /// The compaction [`Rotation::retain_slot`] describes; it returns from several places,
+    /// so the caller takes the slot's copy of the tail's end afterwards.
     #[allow(clippy::too_many_arguments)]
     fn compact<T: Copy, const PREFETCH: bool>(
         &mut self,
