@@ -832,7 +832,8 @@ fn max_pending_is_exact_under_racing_producers() {
 
 // Guards: shutdowns from several threads while producers keep scheduling: every accepted
 // timer is handed back exactly once (none lost, none twice), every refusal is typed, and
-// every producer ends with `Shutdown`.
+// every producer ends with `Shutdown`, at the latest on its first call begun after every
+// shutdown had returned.
 #[test]
 fn concurrent_shutdowns_while_producers_schedule_lose_nothing() {
     within(SOON * 3, || {
@@ -846,13 +847,16 @@ fn concurrent_shutdowns_while_producers_schedule_lose_nothing() {
                     let mut saturated = 0usize;
                     // A valve on memory should the shutdown never come.
                     for _ in 0..5_000_000 {
+                        // Read before the call: a call that began before every shutdown had
+                        // returned may still be accepted; one that began after must not be.
+                        let after_shutdown = stop.load(Ordering::Acquire);
                         match timers.schedule(Duration::from_secs(3600), || {}) {
                             Ok(id) => ids.push(id),
                             Err(ScheduleError::Saturated) => saturated += 1,
                             Err(ScheduleError::Shutdown) => return (ids, saturated, true),
                             Err(other) => panic!("unexpected refusal {other:?}"),
                         }
-                        if stop.load(Ordering::Relaxed) {
+                        if after_shutdown {
                             break;
                         }
                     }
@@ -875,7 +879,8 @@ fn concurrent_shutdowns_while_producers_schedule_lose_nothing() {
             .flat_map(|s| s.join().unwrap())
             .map(|u| u.id)
             .collect();
-        stop.store(true, Ordering::Relaxed);
+        // Release: a producer that reads it also sees the service shut down.
+        stop.store(true, Ordering::Release);
         let mut accepted = Vec::new();
         let mut saw_shutdown = 0;
         for producer in producers {
