@@ -14,6 +14,7 @@
 //! One-shot tasks are `FnOnce` and run by value; repeating ones are `FnMut` plus their period
 //! and run in place, inside the record, once per period.
 
+use std::cell::Cell;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 
 /// Bytes of closure a task stores inline.
@@ -118,6 +119,52 @@ impl Task {
         // SAFETY: the storage holds the vtable's type; `call_mut` leaves it in place.
         unsafe { (self.vtable.call_mut)(self.data.as_mut_ptr().cast()) }
     }
+
+    /// [`Task::run_again`] as the service's run due at tick `due`: while the callback runs,
+    /// [`due_run`] on its thread says so.
+    pub(crate) fn run_due(&mut self, due: u64) {
+        /// Puts back what the thread said before, also when the task panics.
+        struct Restore(Option<DueRun>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                DUE_RUN.with(|run| run.set(self.0));
+            }
+        }
+        let period = self.period().unwrap_or(1);
+        let _restore = Restore(DUE_RUN.with(|run| run.replace(Some(DueRun { due, period }))));
+        self.run_again();
+    }
+}
+
+thread_local! {
+    /// The service's repeating run the thread is in (see [`Task::run_due`]).
+    static DUE_RUN: Cell<Option<DueRun>> = const { Cell::new(None) };
+}
+
+/// A repeating timer's run as the service makes it: the tick it was due at and the timer's
+/// period in ticks. The service skips the runs whose deadlines passed while a run came more
+/// than a period late (see [`next_run`]); a callback that counts periods, such as the async
+/// `Interval`'s, learns of those from the distance between its runs' deadlines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DueRun {
+    pub(crate) due: u64,
+    pub(crate) period: u64,
+}
+
+impl DueRun {
+    /// The periods from the run due at tick `earlier` to this one, this one's included: at
+    /// least 1.
+    #[cfg(any(feature = "async", test))]
+    pub(crate) fn periods_since(self, earlier: u64) -> u64 {
+        (self.due.saturating_sub(earlier) / self.period.max(1)).max(1)
+    }
+}
+
+/// The service's repeating run the calling thread is in, while its callback runs; `None`
+/// elsewhere, and in a callback run by [`Unfired::run`](crate::Unfired::run).
+#[cfg(any(feature = "async", test))]
+pub(crate) fn due_run() -> Option<DueRun> {
+    DUE_RUN.with(Cell::get)
 }
 
 impl std::fmt::Debug for Task {
@@ -252,6 +299,53 @@ mod tests {
         assert_eq!(next_run(100, 10, 110), 120);
         assert_eq!(next_run(100, 10, 135), 140);
         assert_eq!(next_run(u64::MAX - 1, 10, 0), u64::MAX);
+    }
+
+    /// The skipped runs of `fixed_rate_skips_missed_runs_keeping_phase` come back as periods:
+    /// the run due at 140 after one due at 100 completes four.
+    #[test]
+    fn a_run_counts_the_periods_since_the_previous_runs_deadline() {
+        let run = |due| DueRun { due, period: 10 };
+        assert_eq!(run(110).periods_since(100), 1);
+        assert_eq!(run(140).periods_since(100), 4);
+        assert_eq!(run(next_run(100, 10, 135)).periods_since(100), 4);
+        // Never less than the run itself, whatever came before (a reschedule's new phase).
+        assert_eq!(run(105).periods_since(100), 1);
+        assert_eq!(run(100).periods_since(140), 1);
+        assert_eq!(DueRun { due: 7, period: 0 }.periods_since(0), 7);
+    }
+
+    /// `due_run` says which run the thread is in while the callback runs, and nothing after,
+    /// also when the callback panics.
+    #[test]
+    fn a_due_run_is_seen_only_inside_its_callback() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut task = Task::every(
+            {
+                let seen = Arc::clone(&seen);
+                move || {
+                    seen.lock().unwrap().push(due_run());
+                    if seen.lock().unwrap().len() == 2 {
+                        panic!("the second run panics");
+                    }
+                }
+            },
+            10,
+        );
+        assert_eq!(due_run(), None);
+        task.run_due(110);
+        assert_eq!(due_run(), None);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run_due(120)));
+        assert!(unwound.is_err());
+        assert_eq!(due_run(), None, "restored while the panic unwound");
+        let period = 10;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                Some(DueRun { due: 110, period }),
+                Some(DueRun { due: 120, period })
+            ]
+        );
     }
 
     #[test]

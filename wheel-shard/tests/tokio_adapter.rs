@@ -659,6 +659,44 @@ async fn an_interval_ticks_each_period_and_counts_the_missed_ones() {
     assert_eq!(timers.pending(), 1);
 }
 
+/// The periods whose runs the service skipped count too: a callback that moves virtual time
+/// three periods on makes the interval's first run come 2.5 periods late, the service skips
+/// the two deadlines that passed meanwhile, and the run after them counts them with its own,
+/// so the ticks' periods add up to the time that passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_counts_the_periods_whose_runs_the_service_skipped() {
+    let (timers, clock) = common::manual(2, 2);
+    let period = Duration::from_secs(10);
+    let start = clock.now();
+    let mut interval = timers.interval(period);
+    let jump = clock.clone();
+    timers
+        .schedule(period / 2, move || jump.advance(period * 3))
+        .unwrap();
+    // To half a period; the callback there moves on to 3.5 periods, where the first run
+    // (due at one period) comes, and the next is due at four periods (two skipped).
+    advance(&clock, period / 2).await;
+    assert_eq!(clock.now(), start + period * 7 / 2);
+    assert_eq!(
+        interval.tick().await,
+        Ok(1),
+        "the first run: the first period"
+    );
+    assert_eq!(tick_now(&mut interval).await, None, "no burst after it");
+    advance(&clock, period / 2).await;
+    assert_eq!(
+        interval.tick().await,
+        Ok(3),
+        "the run due at four periods, after two the service skipped"
+    );
+    let stats = timers.stats();
+    assert_eq!(
+        (stats.scheduled, stats.fired),
+        (2, 3),
+        "the one-shot, and the interval's timer run twice"
+    );
+}
+
 /// A task waiting on `tick` is woken once a period, and its ticks come in order, each one
 /// period after the one before in virtual time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

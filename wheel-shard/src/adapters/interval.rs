@@ -2,10 +2,13 @@
 //! ([`TimerService::interval`]).
 //!
 //! One repeating timer serves the interval's whole life, so a tick schedules nothing: the
-//! timer's callback counts its run and wakes the waiting task, and a tick takes every run
-//! counted since the previous one. A task that fell behind thus learns in one tick how many
-//! periods it missed, instead of catching up in a burst of ticks. Dropping the `Interval`
-//! cancels the timer.
+//! timer's callback counts the periods its run completes and wakes the waiting task, and a
+//! tick takes every period counted since the previous one. A task that fell behind thus
+//! learns in one tick how many periods it missed, instead of catching up in a burst of ticks.
+//! A run counts one period, or more when the service skipped runs before it (a run that came
+//! more than a period late skips the deadlines that passed meanwhile): the callback counts
+//! from its runs' deadlines ([`due_run`]), so the periods add up to the time that passed.
+//! Dropping the `Interval` cancels the timer.
 //!
 //! The callback holds the shared count and nothing else: no service handle, which in a
 //! repeating callback would keep the service running for as long as the timer lives (see
@@ -21,6 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::futures::{TimerError, WakerSlot};
+use crate::task::due_run;
 use crate::{ScheduleError, TimerId, TimerService};
 
 /// The bit of [`Beats::word`] that says the timer has ended.
@@ -29,17 +33,17 @@ const ENDED: u64 = 1 << 63;
 /// Shared by an [`Interval`] and its timer's callback.
 #[derive(Default)]
 struct Beats {
-    /// The runs no tick has taken yet (the low 63 bits) and [`ENDED`]. One word, so that a
-    /// tick takes the runs and learns of the end in one step: a run counted before the end
-    /// is never lost to a tick that sees the end.
+    /// The periods no tick has taken yet (the low 63 bits) and [`ENDED`]. One word, so that
+    /// a tick takes the periods and learns of the end in one step: a run counted before the
+    /// end is never lost to a tick that sees the end.
     word: AtomicU64,
     waker: WakerSlot,
 }
 
 impl Beats {
-    /// A run at its deadline: counted, then the task woken.
-    fn beat(&self) {
-        self.word.fetch_add(1, Ordering::AcqRel);
+    /// A run at its deadline, completing `periods` periods: counted, then the task woken.
+    fn beat(&self, periods: u64) {
+        self.word.fetch_add(periods, Ordering::AcqRel);
         self.waker.wake();
     }
 
@@ -49,36 +53,51 @@ impl Beats {
         self.waker.wake();
     }
 
-    /// Stores the task's waker, then takes the runs counted so far (see [`WakerSlot`]): the
-    /// runs when there are any, else the end when it came, else pending.
-    fn poll_runs(&self, cx: &mut Context<'_>) -> Poll<Result<u64, TimerError>> {
+    /// Stores the task's waker, then takes the periods counted so far (see [`WakerSlot`]):
+    /// the periods when there are any, else the end when it came, else pending.
+    fn poll_periods(&self, cx: &mut Context<'_>) -> Poll<Result<u64, TimerError>> {
         self.waker.register(cx.waker());
         let word = self.word.fetch_and(ENDED, Ordering::AcqRel);
         match word & !ENDED {
             0 if word & ENDED != 0 => Poll::Ready(Err(TimerError::Abandoned)),
             0 => Poll::Pending,
-            runs => Poll::Ready(Ok(runs)),
+            periods => Poll::Ready(Ok(periods)),
         }
     }
 }
 
-/// The repeating timer's callback. A run the service makes at a deadline counts; a run by
-/// [`Unfired::run`](crate::Unfired::run) after a shutdown does not (no deadline was reached).
-/// Dropped, the timer has ended (cancelled by the interval's drop, dropped or run by a
-/// shutdown, or a run that panicked), and it marks the interval ended.
-struct Pulse(Arc<Beats>);
+/// The repeating timer's callback. A run the service makes at a deadline counts the periods
+/// since its previous run's deadline (one, or more when the service skipped runs between
+/// them); the first run counts one, the period from the interval's start. A run by
+/// [`Unfired::run`](crate::Unfired::run) after a shutdown counts nothing (no deadline was
+/// reached). Dropped, the timer has ended (cancelled by the interval's drop, dropped or run by
+/// a shutdown, or a run that panicked), and it marks the interval ended.
+struct Pulse {
+    beats: Arc<Beats>,
+    /// The tick the previous run was due at.
+    last_due: Option<u64>,
+}
 
 impl Pulse {
     fn run(&mut self) {
-        if !crate::timer::running_unfired() {
-            self.0.beat();
+        if crate::timer::running_unfired() {
+            return;
         }
+        let periods = match due_run() {
+            Some(run) => {
+                let periods = self.last_due.map_or(1, |last| run.periods_since(last));
+                self.last_due = Some(run.due);
+                periods
+            }
+            None => 1,
+        };
+        self.beats.beat(periods);
     }
 }
 
 impl Drop for Pulse {
     fn drop(&mut self) {
-        self.0.end();
+        self.beats.end();
     }
 }
 
@@ -89,18 +108,20 @@ impl Drop for Pulse {
 ///   tick at once; here, do the first round's work before the first `tick().await` for that.
 /// - **Periods are never early and ticks never burst.** The periods are those of
 ///   [`TimerService::schedule_repeating`] (rounded up to whole ticks, fixed rate: run `n` is
-///   due at `start + n·period`). A tick gives `Ok(n)`, `n ≥ 1` the runs since the previous
-///   tick completed: a task that was busy for three and a half periods gets `Ok(3)` from one
-///   tick, and the next tick waits for the next deadline (tokio's
-///   `MissedTickBehavior::Skip`, with the count of what was skipped). A run the service itself
-///   skipped, when its run came more than a period late, is not counted.
+///   due at `start + n·period`). A tick gives `Ok(n)`, `n ≥ 1` the periods whose deadlines
+///   the timer's runs reached since the previous tick completed: a task that was busy for
+///   three and a half periods gets `Ok(3)` from one tick, and the next tick waits for the
+///   next deadline (tokio's `MissedTickBehavior::Skip`, with the count of what was skipped).
+///   The periods whose runs the service itself skipped (a run that came more than a period
+///   late skips the deadlines that passed meanwhile) count too, in the run after them: the
+///   ticks' periods add up to the time that passed, whoever fell behind.
 /// - **One timer for its whole life**, cancelled when the `Interval` is dropped (counted in
 ///   `Stats::cancelled`); a tick costs no schedule.
 /// - **It ends with an error, never by hanging.** A refused timer (shut down, `max_pending`,
 ///   a full ring: the timer is scheduled without waiting for ring room) makes every tick
 ///   [`TimerError::Refused`]. A timer that ends without the interval's drop (the service
 ///   shut down; or a run panicked, which only a panicking waker can cause) makes every tick
-///   after the runs already counted [`TimerError::Abandoned`].
+///   after the periods already counted [`TimerError::Abandoned`].
 ///
 /// It holds a handle to the service, as a [`Sleep`](crate::Sleep) does: the service runs while
 /// an `Interval` lives, also after the caller's own handles are dropped.
@@ -132,8 +153,8 @@ pub struct Interval {
 }
 
 impl Interval {
-    /// Waits for the next deadline: `Ok(n)` with `n ≥ 1` the periods whose runs came since
-    /// the previous tick completed (all of them at once, no burst), or the [`TimerError`] that
+    /// Waits for the next deadline: `Ok(n)` with `n ≥ 1` the periods that passed since the
+    /// previous tick completed (all of them at once, no burst), or the [`TimerError`] that
     /// ended the interval (the same at every later tick; see [`Interval`]).
     ///
     /// Cancel safe: a tick dropped before it completes (the losing arm of a `select!`) loses
@@ -162,7 +183,7 @@ impl Interval {
         if let Some(error) = &self.refused {
             return Poll::Ready(Err(TimerError::Refused(error.clone())));
         }
-        let outcome = self.beats.poll_runs(cx);
+        let outcome = self.beats.poll_periods(cx);
         if let Poll::Ready(Err(_)) = outcome {
             // The timer has ended: nothing left to cancel on drop.
             self.timer = None;
@@ -192,7 +213,7 @@ impl std::fmt::Debug for Interval {
         f.debug_struct("Interval")
             .field("period", &self.period)
             .field("timer", &self.timer)
-            .field("runs", &(word & !ENDED))
+            .field("periods", &(word & !ENDED))
             .field("ended", &(word & ENDED != 0))
             .field("refused", &self.refused)
             .finish()
@@ -219,7 +240,10 @@ impl TimerService {
     /// full ring is [`ScheduleError::Saturated`] at once, not after `saturation_timeout`.
     pub fn try_interval(&self, period: Duration) -> Result<Interval, ScheduleError> {
         let beats = Arc::new(Beats::default());
-        let mut pulse = Pulse(Arc::clone(&beats));
+        let mut pulse = Pulse {
+            beats: Arc::clone(&beats),
+            last_due: None,
+        };
         let id = self.try_schedule_repeating(period, move || pulse.run())?;
         Ok(Interval {
             timers: self.clone(),

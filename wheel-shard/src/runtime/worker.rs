@@ -241,7 +241,7 @@ fn execute_repeating(
     own: &mut WorkerOwn,
 ) {
     start_run(core, &run, id, deadline, own);
-    let ok = match catch_unwind(AssertUnwindSafe(|| task.run_again())) {
+    let ok = match catch_unwind(AssertUnwindSafe(|| task.run_due(deadline))) {
         Ok(()) => true,
         Err(payload) => {
             panicked(core, own.index, payload, id, true);
