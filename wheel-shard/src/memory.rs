@@ -11,7 +11,7 @@
 use std::mem::size_of;
 
 use crate::error::ConfigError;
-use crate::shard::{PendingRing, Placement, Shard, ShardWheel, TimerTable, URGENT_CAPACITY};
+use crate::shard::{Lane, PendingRing, Placement, Shard, ShardWheel, TimerTable, URGENT_CAPACITY};
 use crate::Config;
 
 /// The share of the machine's memory the service may take up front: half. That memory is
@@ -33,7 +33,8 @@ pub(crate) fn parts(config: &Config) -> [(&'static str, u64); 5] {
             times(
                 shards,
                 (PendingRing::<Placement>::bytes_for(config.ring_capacity)
-                    .saturating_add(PendingRing::<Placement>::bytes_for(URGENT_CAPACITY)))
+                    .saturating_add(PendingRing::<Placement>::bytes_for(URGENT_CAPACITY))
+                    .saturating_add(Lane::<Placement>::bytes_for(config.ring_capacity)))
                     as u64,
             ),
         ),
@@ -172,10 +173,10 @@ mod tests {
         };
         assert_eq!(
             part(&one, "ring_capacity"),
-            1024 * size_of::<Placement>() as u64
-                + 1024 * 8
+            2 * 1024 * (size_of::<Placement>() as u64 + 8)
                 + URGENT_CAPACITY as u64 * (size_of::<Placement>() as u64 + 8),
-            "rounded up to a power of two; a sequence number per cell; the ring for timers due soon"
+            "rounded up to a power of two; a sequence number per cell; the lane as large as the \
+             ring; the ring for timers due soon"
         );
         let many = Config { shards: 8, ..one };
         assert_eq!(

@@ -18,8 +18,11 @@ use crate::runtime::priority;
 use crate::runtime::tick::ShardTick;
 use crate::runtime::tick_thread::TickThread;
 use crate::runtime::worker;
-use crate::shard::{Cancelled, Moved, Notice, Placement, Record, Shard, ShardWheel};
+use crate::shard::{
+    Cancelled, Claimed, Moved, Notice, Placement, PushRefused, Record, Shard, ShardWheel,
+};
 use crate::stats::{Lateness, Stats};
+use crate::sync;
 use crate::task::Task;
 use crate::timer::{TimerId, Unfired};
 use crate::Config;
@@ -390,22 +393,30 @@ impl TimerService {
             return Err(refuse(core, task, ScheduleError::TooManyPending { limit }));
         }
         let shard = core.pick_shard();
-        let Ok((slot, record)) = shard.table.claim_record(deadline) else {
+        let Ok(Claimed {
+            slot,
+            record,
+            holds_lane,
+        }) = shard.table.claim_for_schedule(deadline)
+        else {
             // Every record of the shard's table holds a live timer.
             core.limit.release();
             return Err(refuse(core, task, ScheduleError::Saturated));
         };
         let (gen, _) = record.arm(deadline, task);
         let placement = Placement { deadline, slot };
-        match shard.push(placement, wait) {
+        match shard.push_from(placement, wait, holds_lane) {
             Ok(()) => {
                 shard.nudge(deadline);
                 Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
-            Err(error) => {
+            Err(PushRefused { error, counted }) => {
                 // No id of this generation got out: the record goes back as it came.
                 if let Some(task) = record.withdraw(gen) {
                     shard.table.release(slot);
+                    if counted {
+                        shard.withdrawn.fetch_add(1, Ordering::Relaxed);
+                    }
                     core.limit.release();
                     return Err(refuse(core, task, error));
                 }
@@ -551,7 +562,7 @@ impl TimerService {
         let shards = core.shards.iter();
         let distributions = core.executor.distributions();
         Stats {
-            scheduled: shards.clone().map(|s| s.pushed()).sum(),
+            scheduled: shards.clone().map(Shard::scheduled).sum(),
             fired: core.executor.fired(),
             cancelled: shards
                 .clone()
@@ -640,6 +651,13 @@ impl Handle {
         core.closed.store(true, Ordering::SeqCst);
         for shard in core.shards.iter() {
             shard.close_rings();
+        }
+        if core.shards.iter().any(Shard::has_lane) {
+            // Every lane push is now visible, or its holder sees the lane closed and takes its
+            // timer back (`shard/lane.rs`), before the records are read below.
+            sync::heavy_barrier();
+        }
+        for shard in core.shards.iter() {
             shard.stop.store(true, Ordering::SeqCst);
             shard.wake();
         }

@@ -154,7 +154,7 @@ pub(crate) struct DueRun {
 impl DueRun {
     /// The periods from the run due at tick `earlier` to this one, this one's included: at
     /// least 1.
-    #[cfg(any(feature = "async", test))]
+    #[cfg(any(feature = "async", all(test, not(loom))))]
     pub(crate) fn periods_since(self, earlier: u64) -> u64 {
         (self.due.saturating_sub(earlier) / self.period.max(1)).max(1)
     }
@@ -162,7 +162,7 @@ impl DueRun {
 
 /// The service's repeating run the calling thread is in, while its callback runs; `None`
 /// elsewhere, and in a callback run by [`Unfired::run`](crate::Unfired::run).
-#[cfg(any(feature = "async", test))]
+#[cfg(any(feature = "async", all(test, not(loom))))]
 pub(crate) fn due_run() -> Option<DueRun> {
     DUE_RUN.with(Cell::get)
 }

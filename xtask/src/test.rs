@@ -40,7 +40,7 @@ const STEPS: &[Step] = &[
         target_subdir: Some("doc-check"),
     },
     Step {
-        what: "loom models of the pending ring, the hand-out ring, the timer state machine, the free map and the wake-ups",
+        what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
         args: &["test", "-p", "wheel-shard", "--release", "--lib", "loom"],
         env: &[("RUSTFLAGS", "--cfg loom")],
         target_subdir: Some("loom"),

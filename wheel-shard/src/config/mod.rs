@@ -63,7 +63,11 @@ pub struct Config {
     /// Commands each shard's pending ring holds, rounded up to a power of two (24 bytes each,
     /// allocated by [`TimerService::new`](crate::TimerService::new) for every shard; the
     /// allocation comes zeroed, so its pages take memory only once a burst reaches them).
-    /// Default 65 536 (1.5 MiB a shard at most).
+    /// Default 65 536 (1.5 MiB a shard at most). On Linux a shard also has a lane of this
+    /// size, a ring of its own for the one producer thread that schedules most on it (taken
+    /// once a thread has scheduled a few hundred timers there, given up when that thread
+    /// ends): that thread's timers fill its lane, then the shared ring, and it waits for room
+    /// only when both are full.
     ///
     /// This bounds how long a new timer can wait in the ring behind others before it reaches
     /// the wheel: a timer due soon, scheduled behind a backlog, is late by the time the tick

@@ -11,7 +11,8 @@ use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::executor::{Executor, Run};
 use crate::memory;
-use crate::shard::{PendingRing, Shard, URGENT_CAPACITY};
+use crate::shard::{Lane, PendingRing, Shard, URGENT_CAPACITY};
+use crate::sync;
 use crate::Config;
 
 pub(crate) struct Core {
@@ -137,11 +138,18 @@ impl Core {
                     PendingRing::try_new(capacity)
                         .map_err(|_| memory::refused(&config, "ring_capacity"))
                 };
+                let lane = sync::heavy_barrier_available()
+                    .then(|| {
+                        Lane::try_new(config.ring_capacity)
+                            .map_err(|_| memory::refused(&config, "ring_capacity"))
+                    })
+                    .transpose()?;
                 Ok(Shard::new(
                     i,
                     config.tick,
                     ring(config.ring_capacity)?,
                     ring(URGENT_CAPACITY)?,
+                    lane,
                 ))
             })
             .collect::<Result<_, ConfigError>>()?;
@@ -207,7 +215,7 @@ impl Core {
     /// `max_pending` place is given back, so an end that let a counted push in is counted
     /// too, and the figure never passes `max_pending`.
     pub(crate) fn pending(&self) -> usize {
-        let scheduled: u64 = self.shards.iter().map(|s| s.pushed()).sum();
+        let scheduled: u64 = self.shards.iter().map(Shard::scheduled).sum();
         let cancelled: u64 = self
             .shards
             .iter()

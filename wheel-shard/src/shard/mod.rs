@@ -3,7 +3,10 @@
 //!
 //! Producers put new timers' references in the bounded ring; one due within a few dozen
 //! milliseconds, while that ring has a backlog, goes into a second, small ring that the tick
-//! thread empties first, so that it does not wait behind the backlog (see [`Shard::push`]).
+//! thread empties first, so that it does not wait behind the backlog (see
+//! [`Shard::push_from`]). The producer thread that schedules most holds the shard's lane, a
+//! single-producer ring beside the shared one, and sends its timers there without a locked
+//! instruction (`lane.rs`).
 //! An earlier `reschedule`, a worker that found a timer postponed and a worker re-arming a
 //! repeating timer leave a [`Notice`] in an unbounded queue instead: those calls have already
 //! decided their outcome on the timer's record, so they must not fail on a full ring, and
@@ -14,7 +17,9 @@
 //! The tick thread publishes the tick it plans to wake at (`wake_at`) before it sleeps, then
 //! looks at the ring once more; a producer pushes, then reads `wake_at` and unparks the thread
 //! only when its deadline is earlier. Both sides use SeqCst, so at least one sees the other: a
-//! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall.
+//! wake-up is never lost, and a producer whose deadline is not earlier costs no syscall. A
+//! lane push is not SeqCst: its holder's light barrier and the tick thread's heavy barrier
+//! before a sleep past the next tick give the same guarantee (see [`Shard::plan_sleep`]).
 //! A flood of far timers would then fill the ring while the thread sleeps, and producers would
 //! wait for room; so a push that leaves the ring half full wakes a sleeping tick thread
 //! whatever its deadline, and a tick thread that moved a flood of commands since it last slept
@@ -23,6 +28,7 @@
 
 mod cells;
 mod free_map;
+mod lane;
 mod prefault;
 mod record;
 mod ring;
@@ -32,18 +38,20 @@ mod wake;
 mod zeroed;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::Injector;
 use crossbeam_utils::CachePadded;
 
 use crate::error::ScheduleError;
+use crate::sync;
 pub(crate) use cells::{Cells, RingRefused};
+pub(crate) use lane::Lane;
 pub(crate) use prefault::{Prefault, AHEAD_BYTES as PREFAULT_AHEAD_BYTES};
 pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, Ticket, GENERATION_BITS};
 pub(crate) use ring::{PendingRing, PushError};
-pub(crate) use table::TimerTable;
+pub(crate) use table::{Claimed, TimerTable};
 use wake::TickWaker;
 pub(crate) use wake::{CLEANUP_TICKS, IDLE};
 
@@ -68,6 +76,15 @@ impl TimerRef {
             ticket: ticket_of(deadline),
         }
     }
+}
+
+/// Why [`Shard::push_from`] did not take a timer, and whether its push counted in
+/// [`Shard::pushed`] all the same (a lane push that then found the lane closed): a producer
+/// that takes such a timer back counts it in [`Shard::withdrawn`].
+#[derive(Debug)]
+pub(crate) struct PushRefused {
+    pub(crate) error: ScheduleError,
+    pub(crate) counted: bool,
 }
 
 /// A new reference on its way to the tick thread: 16 bytes.
@@ -118,6 +135,12 @@ pub(crate) struct Shard {
     pub(crate) ring: PendingRing<Placement>,
     /// New timers due within [`URGENT_WITHIN`]: the tick thread takes these first.
     pub(crate) urgent: PendingRing<Placement>,
+    /// New timers from the one producer thread that holds the lane (see `lane.rs`); `None`
+    /// where the process has no heavy barrier.
+    lane: Option<Lane<Placement>>,
+    /// Tick thread: whether the lane's turn comes before the ring's in [`Shard::pop_new`],
+    /// so neither starves the other.
+    lane_first: AtomicBool,
     /// [`URGENT_WITHIN`] in ticks.
     urgent_ticks: u64,
     /// The tick of the tick thread's latest pass, which "due soon" counts from.
@@ -137,6 +160,9 @@ pub(crate) struct Shard {
     pub(crate) ring_full: AtomicU64,
     /// Timers ended by `cancel`.
     pub(crate) cancelled: CachePadded<AtomicU64>,
+    /// Timers whose lane push counted in [`Shard::pushed`] but found the lane closed, and
+    /// which their producer took back (`PushRefused::counted`): never scheduled.
+    pub(crate) withdrawn: AtomicU64,
     /// Runs the tick thread handed to the executor.
     pub(crate) handed: AtomicU64,
     /// Manual clock only: the `Settle` round in which the tick thread last caught up, and the
@@ -147,21 +173,26 @@ pub(crate) struct Shard {
 
 impl Shard {
     /// Shard `index` of a service ticking every `tick`, with its rings made by the caller
-    /// (fallible allocations): `ring` for new timers, `urgent` for new timers due soon.
+    /// (fallible allocations): `ring` for new timers, `urgent` for new timers due soon, and
+    /// `lane` for those of the thread that holds it.
     pub(crate) fn new(
         index: usize,
         tick: Duration,
         ring: PendingRing<Placement>,
         urgent: PendingRing<Placement>,
+        lane: Option<Lane<Placement>>,
     ) -> Self {
+        let hold = lane.as_ref().map(|lane| Arc::clone(lane.hold()));
         Shard {
             index,
             ring,
             urgent,
+            lane,
+            lane_first: AtomicBool::new(false),
             urgent_ticks: urgent_ticks(tick),
             tick_seen: CachePadded::new(AtomicU64::new(0)),
             notices: Injector::new(),
-            table: TimerTable::new(),
+            table: TimerTable::with_lane(hold),
             prefault: Prefault::default(),
             waker: TickWaker::new(),
             waiters: CachePadded::new(AtomicUsize::new(0)),
@@ -171,6 +202,7 @@ impl Shard {
             wakeups: AtomicU64::new(0),
             ring_full: AtomicU64::new(0),
             cancelled: CachePadded::new(AtomicU64::new(0)),
+            withdrawn: AtomicU64::new(0),
             handed: AtomicU64::new(0),
             settled_round: AtomicU64::new(0),
             next_due: AtomicU64::new(IDLE),
@@ -181,7 +213,79 @@ impl Shard {
         self.waker.set_thread(thread);
     }
 
-    /// Puts a new timer in the ring, waiting up to `timeout` for room when it is full.
+    /// [`Shard::push_to_ring`], for tests of the rings.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
+        self.push_to_ring(timer, timeout)
+    }
+
+    /// Sends a new timer to the tick thread, waiting up to `timeout` for room. From the
+    /// thread that holds the shard's lane (`holds_lane`, from
+    /// [`TimerTable::claim_for_schedule`]) it goes into the lane, without a locked
+    /// instruction, while the lane has room, and past the lane's backlog into the urgent ring
+    /// when it is due soon; from any other thread, or when the lane is full, into the shared
+    /// ring ([`Shard::push_to_ring`]).
+    #[inline]
+    pub(crate) fn push_from(
+        &self,
+        timer: Placement,
+        timeout: Duration,
+        holds_lane: bool,
+    ) -> Result<(), PushRefused> {
+        let refused = |error| PushRefused {
+            error,
+            counted: false,
+        };
+        if holds_lane {
+            if let Some(lane) = &self.lane {
+                return match self.push_to_lane(lane, timer) {
+                    Ok(None) => Ok(()),
+                    Ok(Some(timer)) => self.push_to_ring(timer, timeout).map_err(refused),
+                    Err(refusal) => Err(refusal),
+                };
+            }
+        }
+        self.push_to_ring(timer, timeout).map_err(refused)
+    }
+
+    /// The lane holder's push: `Ok(Some(timer))` gives the timer back when the lane is full.
+    #[inline]
+    fn push_to_lane(
+        &self,
+        lane: &Lane<Placement>,
+        timer: Placement,
+    ) -> Result<Option<Placement>, PushRefused> {
+        if self.due_soon(timer.deadline) && lane.backlog_with_room(URGENT_BACKLOG) {
+            match self.urgent.try_push(timer) {
+                Ok(_) => return Ok(None),
+                Err(PushError::Closed(_)) => {
+                    return Err(PushRefused {
+                        error: ScheduleError::Shutdown,
+                        counted: false,
+                    })
+                }
+                Err(PushError::Full(_)) => {}
+            }
+        }
+        let Ok(position) = lane.try_push(timer) else {
+            return Ok(Some(timer));
+        };
+        // Orders the push before the reads of the closed flag here and of the tick thread's
+        // plan in the caller's nudge; the other side's heavy barrier does the rest (`lane.rs`).
+        sync::light_barrier();
+        if lane.is_closed() {
+            return Err(PushRefused {
+                error: ScheduleError::Shutdown,
+                counted: true,
+            });
+        }
+        if lane.half_full_after(position, || self.ring.len()) {
+            self.waker.wake_if_asleep();
+        }
+        Ok(None)
+    }
+
+    /// Puts a new timer in the shared ring, waiting up to `timeout` for room when it is full.
     ///
     /// Waiting producers sleep on a condition variable that the tick thread signals as it makes
     /// room, so they leave the CPU to it; and while anyone waits, newcomers queue behind them
@@ -199,7 +303,7 @@ impl Shard {
     /// Inlined into the caller for the common case, a ring with room and no one waiting; the
     /// rest is out of line.
     #[inline]
-    pub(crate) fn push(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
+    fn push_to_ring(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         // A caller that does not wait takes a free cell even while others wait.
         if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
             let Some(timer) = self.push_past_backlog(timer)? else {
@@ -207,7 +311,10 @@ impl Shard {
             };
             return match self.ring.try_push(timer) {
                 Ok(position) => {
-                    if self.ring.half_full_after(position) {
+                    if self
+                        .ring
+                        .half_full_after(position, || self.lane.as_ref().map_or(0, Lane::len))
+                    {
                         // Far deadlines do not nudge the tick thread: wake it before the ring
                         // is full, so no producer has to wait for room.
                         self.waker.wake_if_asleep();
@@ -252,35 +359,68 @@ impl Shard {
         self.tick_seen.store(tick, Ordering::Relaxed);
     }
 
-    /// Tick thread: the oldest new timer, from the ring for timers due soon first.
+    /// Tick thread: the oldest new timer, from the ring for timers due soon first, then from
+    /// the lane and the shared ring in turns.
     pub(crate) fn pop_new(&self) -> Option<Placement> {
-        self.urgent.pop().or_else(|| self.ring.pop())
+        if let Some(timer) = self.urgent.pop() {
+            return Some(timer);
+        }
+        let Some(lane) = &self.lane else {
+            return self.ring.pop();
+        };
+        let lane_first = !self.lane_first.load(Ordering::Relaxed);
+        self.lane_first.store(lane_first, Ordering::Relaxed);
+        if lane_first {
+            lane.pop().or_else(|| self.ring.pop())
+        } else {
+            self.ring.pop().or_else(|| lane.pop())
+        }
     }
 
-    /// Whether both rings of new timers are empty.
+    /// Whether both rings and the lane of new timers are empty, as far as this thread sees
+    /// (see [`Shard::plan_sleep`] for the lane).
     pub(crate) fn rings_empty(&self) -> bool {
-        self.urgent.is_empty() && self.ring.is_empty()
+        self.urgent.is_empty()
+            && self.ring.is_empty()
+            && self.lane.as_ref().map_or(true, Lane::is_empty)
     }
 
     /// Tick thread: whether [`Shard::pop_new`] has a published timer to take.
     pub(crate) fn rings_published(&self) -> bool {
-        self.urgent.head_published() || self.ring.head_published()
+        self.urgent.head_published()
+            || self.ring.head_published()
+            || self.lane.as_ref().is_some_and(Lane::head_published)
     }
 
-    /// Refuses every later new timer (see [`PendingRing::close`]).
+    /// Refuses every later new timer (see [`PendingRing::close`] and [`Lane::close`]). With a
+    /// lane, the caller issues [`sync::heavy_barrier`] before it reads the records.
     pub(crate) fn close_rings(&self) {
         self.urgent.close();
         self.ring.close();
+        if let Some(lane) = &self.lane {
+            lane.close();
+        }
+    }
+
+    /// Whether this shard has a lane (see [`Shard::close_rings`]).
+    pub(crate) fn has_lane(&self) -> bool {
+        self.lane.is_some()
+    }
+
+    /// Every timer ever scheduled on this shard: those queued, less those a producer took
+    /// back after its lane push found the lane closed.
+    pub(crate) fn scheduled(&self) -> u64 {
+        self.pushed() - self.withdrawn.load(Ordering::Relaxed)
     }
 
     /// Every new timer ever queued.
     pub(crate) fn pushed(&self) -> u64 {
-        self.urgent.pushed() + self.ring.pushed()
+        self.urgent.pushed() + self.ring.pushed() + self.lane.as_ref().map_or(0, Lane::pushed)
     }
 
     /// New timers queued now.
     pub(crate) fn queued(&self) -> usize {
-        self.urgent.len() + self.ring.len()
+        self.urgent.len() + self.ring.len() + self.lane.as_ref().map_or(0, Lane::len)
     }
 
     /// [`Shard::push`] when the ring was full.
@@ -370,8 +510,20 @@ impl Shard {
     /// Tick thread: at tick `now` it means to sleep until `tick` ([`IDLE`]: until woken).
     /// Returns `false` when work arrived meanwhile and it must not sleep; new timers in the
     /// ring count only when `ring_matters` (not when this tick's transfer budget is spent).
+    ///
+    /// A lane push is not ordered before its holder's read of the plan by the push itself
+    /// (`lane.rs`): so before a sleep past the next tick, while a thread holds the lane, the
+    /// heavy barrier makes every such push visible here or the plan visible to its holder. A
+    /// sleep until the next tick needs none: what it might miss is seen when it wakes, at
+    /// most a tick after a deadline due at once.
     pub(crate) fn plan_sleep(&self, now: u64, tick: u64, ring_matters: bool) -> bool {
         self.waker.plan_sleep(now, tick, || {
+            if ring_matters
+                && tick > now.saturating_add(1)
+                && self.lane.as_ref().is_some_and(|lane| lane.hold().is_held())
+            {
+                sync::heavy_barrier();
+            }
             (!ring_matters || self.rings_empty())
                 && self.notices.is_empty()
                 && !self.stop.load(Ordering::SeqCst)

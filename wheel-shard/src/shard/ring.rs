@@ -73,17 +73,18 @@ impl<T> PendingRing<T> {
         self.cells.len()
     }
 
-    /// Whether the push that took `position` left the ring at least half full, looked at
-    /// sixteen times a lap (it reads the consumer's line): then it is time to wake the
-    /// consumer, before producers find the ring full and wait.
+    /// Whether the push that took `position` left the ring at least half full, with `beside`
+    /// more waiting elsewhere for the same consumer (its shard's lane), looked at sixteen
+    /// times a lap (it reads the consumer's line): then it is time to wake the consumer,
+    /// before producers find the ring full and wait.
     #[inline]
-    pub(crate) fn half_full_after(&self, position: u64) -> bool {
+    pub(crate) fn half_full_after(&self, position: u64, beside: impl FnOnce() -> usize) -> bool {
         let len = self.cells.len() as u64;
         if position & (len / 16).saturating_sub(1) != 0 {
             return false;
         }
         let head = self.head.load(Ordering::Relaxed);
-        position.saturating_sub(head) + 1 >= len / 2
+        position.saturating_sub(head) + 1 + beside() as u64 >= len / 2
     }
 
     /// Appends `value` unless the ring is full or closed, and returns the position it took.
@@ -207,7 +208,7 @@ mod tests {
         let push = |count: usize| {
             (0..count)
                 .map(|_| ring.try_push(0u8).unwrap())
-                .filter(|&position| ring.half_full_after(position))
+                .filter(|&position| ring.half_full_after(position, || 0))
                 .collect::<Vec<u64>>()
         };
         // Looked at every 4th position; from 32 values held on, it is half full.

@@ -28,6 +28,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use crossbeam_utils::CachePadded;
 
 use super::free_map::FreeMap;
+use super::lane::LaneHold;
 use super::record::Record;
 
 /// Records per segment: 1 Mi, 48 MiB. Large, because an allocator may round a large
@@ -69,6 +70,17 @@ pub(crate) struct TimerTable {
     limit: u32,
     /// The free slots not in any thread's cache.
     map: Arc<FreeMap>,
+    /// The hold of the shard's lane, when it has one: a thread's cache takes it
+    /// ([`Claimed::holds_lane`]).
+    lane: Option<Arc<LaneHold>>,
+}
+
+/// A free slot [`TimerTable::claim_for_schedule`] took, its record, and whether the calling
+/// thread holds the shard's lane (so it sends the timer there instead of the shared ring).
+pub(crate) struct Claimed<'t> {
+    pub(crate) slot: u32,
+    pub(crate) record: &'t Record,
+    pub(crate) holds_lane: bool,
 }
 
 /// One thread's free slots of one table.
@@ -84,6 +96,25 @@ struct Cache {
     groups: Box<[Group]>,
     /// Words taken from the map or fresh, not yet given to a group, lowest last.
     spare: Vec<(u32, u64)>,
+    /// The shard's lane's hold, when this thread holds the lane: let go when the thread ends.
+    lane: Option<Weak<LaneHold>>,
+    /// Times `spare` was refilled: [`BATCH`] claims each.
+    refills: u32,
+}
+
+/// A thread takes a free lane once it has claimed this many [`BATCH`]es of slots on the
+/// shard (at a refill, so the check costs the common path nothing): a producer that schedules
+/// in bulk gets it, not the first thread that schedules a timer or two.
+const LANE_AFTER_REFILLS: u32 = 2;
+
+impl Cache {
+    /// Takes the shard's lane for this thread if it has one that no thread holds.
+    #[cold]
+    fn try_take_lane(&mut self, lane: Option<&Arc<LaneHold>>) {
+        if let Some(hold) = lane.filter(|hold| hold.try_take()) {
+            self.lane = Some(Arc::downgrade(hold));
+        }
+    }
 }
 
 /// Deadline groups in a thread's cache of a table. With [`GROUP_TICKS_LOG2`], 128 groups of
@@ -175,6 +206,9 @@ struct Caches {
 
 impl Drop for Cache {
     fn drop(&mut self) {
+        if let Some(hold) = self.lane.as_ref().and_then(Weak::upgrade) {
+            hold.let_go();
+        }
         if let Some(map) = self.map.upgrade() {
             map.put(&self.slots);
             let groups = self.groups.iter().map(|group| (group.base, group.free));
@@ -258,6 +292,14 @@ impl TimerTable {
         Self::with_limit(SLOTS)
     }
 
+    /// A table whose shard has a lane with `hold`.
+    pub(crate) fn with_lane(hold: Option<Arc<LaneHold>>) -> Self {
+        TimerTable {
+            lane: hold,
+            ..Self::new()
+        }
+    }
+
     /// A table that hands out slots below `limit` only: a full table, for tests, without
     /// 2^28 records.
     fn with_limit(limit: u32) -> Self {
@@ -268,6 +310,7 @@ impl TimerTable {
             written: AtomicU32::new(0),
             limit: limit.min(SLOTS),
             map: Arc::new(FreeMap::new(SEGMENTS, SEGMENT_LEN / 64)),
+            lane: None,
         }
     }
 
@@ -304,8 +347,17 @@ impl TimerTable {
     /// A free slot for a new timer due at tick `deadline`, and its record, owned by the caller
     /// until it arms the record or gives the slot back with [`TimerTable::release`]. It comes
     /// from this thread's group for the deadline (see [`Group`]).
-    #[inline]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn claim_record(&self, deadline: u64) -> Result<(u32, &Record), TableFull> {
+        self.claim_for_schedule(deadline)
+            .map(|claimed| (claimed.slot, claimed.record))
+    }
+
+    /// [`TimerTable::claim_record`], and whether this thread holds the shard's lane. A thread
+    /// takes a free lane at a refill of its cache's spare words (every [`BATCH`] claims) once
+    /// it has claimed [`LANE_AFTER_REFILLS`] batches.
+    #[inline]
+    pub(crate) fn claim_for_schedule(&self, deadline: u64) -> Result<Claimed<'_>, TableFull> {
         let cached = CACHES.try_with(|caches| {
             let mut caches = caches.borrow_mut();
             let cache = self.cache(&mut caches);
@@ -313,15 +365,25 @@ impl TimerTable {
             if group.free == 0 {
                 if cache.spare.is_empty() {
                     self.refill_spare(&mut cache.spare);
+                    cache.refills = cache.refills.saturating_add(1);
+                    if cache.lane.is_none() && cache.refills > LANE_AFTER_REFILLS {
+                        cache.try_take_lane(self.lane.as_ref());
+                    }
                 }
+                let group = &mut cache.groups[Group::index(deadline)];
                 let Some((base, free)) = cache.spare.pop() else {
                     // No word free anywhere: a slot this thread ended, or one of its other
                     // groups' (the table is full only when every slot is taken).
+                    let holds_lane = cache.lane.is_some();
                     return cache
                         .slots
                         .pop()
                         .or_else(|| cache.groups.iter_mut().find_map(Group::pop))
-                        .map(|slot| (slot, self.record_of(slot)))
+                        .map(|slot| Claimed {
+                            slot,
+                            record: self.record_of(slot),
+                            holds_lane,
+                        })
                         .ok_or(TableFull);
                 };
                 let records = self.record_of(base);
@@ -331,17 +393,27 @@ impl TimerTable {
                     records,
                 };
             }
+            let holds_lane = cache.lane.is_some();
+            let group = &mut cache.groups[Group::index(deadline)];
             let slot = group.pop().expect("a group with free slots");
             // The group's next record, loaded while the timers of other groups are written.
             if let Some(next) = group.peek() {
                 self.record_in(group, next).prefetch_for_write();
             }
-            Ok((slot, self.record_in(group, slot)))
+            Ok(Claimed {
+                slot,
+                record: self.record_in(group, slot),
+                holds_lane,
+            })
         });
         // Without thread-local storage (a thread being torn down): straight from the map.
         cached.unwrap_or_else(|_| {
             let slot = self.claim_uncached()?;
-            Ok((slot, self.record_of(slot)))
+            Ok(Claimed {
+                slot,
+                record: self.record_of(slot),
+                holds_lane: false,
+            })
         })
     }
 
@@ -461,6 +533,8 @@ impl TimerTable {
                     slots: Vec::with_capacity(2 * BATCH),
                     groups: vec![Group::default(); GROUPS].into_boxed_slice(),
                     spare: Vec::with_capacity(SPARE_WORDS),
+                    lane: None,
+                    refills: 0,
                 });
                 caches.list.len() - 1
             }
