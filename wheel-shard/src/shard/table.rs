@@ -887,6 +887,58 @@ mod tests {
         assert_eq!(table.high_water(), high, "no fresh slot needed");
     }
 
+    /// A thread takes the shard's free lane once it has claimed a few batches, keeps it while
+    /// it lives (another thread meanwhile gets none), and lets it go when it ends, so the next
+    /// thread that schedules in bulk takes it.
+    #[test]
+    fn a_thread_that_schedules_in_bulk_holds_the_lane_until_it_ends() {
+        let lane = super::super::Lane::<u64>::try_new(2).unwrap();
+        let table = Arc::new(TimerTable::with_lane(Some(Arc::clone(lane.hold()))));
+        // Claims from one group: a refill every four words, 256 claims.
+        let holds_after = |table: &TimerTable, claims: usize| {
+            (0..claims)
+                .map(|_| table.claim_for_schedule(0).unwrap().holds_lane)
+                .collect::<Vec<bool>>()
+        };
+        let first = std::thread::scope(|scope| {
+            let table = &table;
+            let holds = scope
+                .spawn(move || holds_after(table, 4 * BATCH))
+                .join()
+                .unwrap();
+            assert!(!lane.hold().is_held(), "let go when its thread ended");
+            holds
+        });
+        let took_at = first.iter().position(|&held| held).expect("took the lane");
+        assert!(
+            (BATCH..=3 * BATCH).contains(&took_at),
+            "after a few batches, not on the first claims: {took_at}"
+        );
+        assert!(
+            first[took_at..].iter().all(|&held| held),
+            "kept while it lives"
+        );
+        std::thread::scope(|scope| {
+            let table = &table;
+            let holder = scope.spawn(move || {
+                let holds = holds_after(table, 4 * BATCH);
+                let other = std::thread::scope(|inner| {
+                    inner
+                        .spawn(|| holds_after(table, 4 * BATCH))
+                        .join()
+                        .unwrap()
+                });
+                (holds, other)
+            });
+            let (holds, other) = holder.join().unwrap();
+            assert!(
+                holds.last().copied().unwrap(),
+                "the next bulk thread takes it"
+            );
+            assert!(other.iter().all(|&held| !held), "one holder at a time");
+        });
+    }
+
     /// Timers of one deadline group get the neighbouring slots of one word; timers of another
     /// group, claimed in between, get another word.
     #[test]
