@@ -73,6 +73,8 @@ pub(crate) struct ShardTick<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
+    /// Whether the shard's lane goes before its shared ring at the next move (`Shard::pop_new`).
+    lane_first: bool,
     /// `wheel.chunk_bytes_written()` when the wheel's next fresh memory was last posted for an idle
     /// worker to make resident (`shard/prefault.rs`); `None` before the first post, or when
     /// the workers do not prepare memory.
@@ -118,6 +120,7 @@ impl<'a> ShardTick<'a> {
             stale: 0,
             sweep_left: 0,
             moved_since_sleep: 0,
+            lane_first: false,
             posted_at: None,
             table_low_at: None,
         }
@@ -264,7 +267,7 @@ impl<'a> ShardTick<'a> {
         let limit = self.budget_left.min(TRANSFER_CHUNK);
         let mut moved = 0;
         while moved < limit {
-            let Some(placement) = self.shard.pop_new() else {
+            let Some(placement) = self.shard.pop_new(&mut self.lane_first) else {
                 break;
             };
             self.place(placement);

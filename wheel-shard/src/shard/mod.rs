@@ -138,9 +138,6 @@ pub(crate) struct Shard {
     /// New timers from the one producer thread that holds the lane (see `lane.rs`); `None`
     /// where the process has no heavy barrier.
     lane: Option<Lane<Placement>>,
-    /// Tick thread: whether the lane's turn comes before the ring's in [`Shard::pop_new`],
-    /// so neither starves the other.
-    lane_first: AtomicBool,
     /// [`URGENT_WITHIN`] in ticks.
     urgent_ticks: u64,
     /// The tick of the tick thread's latest pass, which "due soon" counts from.
@@ -188,7 +185,6 @@ impl Shard {
             ring,
             urgent,
             lane,
-            lane_first: AtomicBool::new(false),
             urgent_ticks: urgent_ticks(tick),
             tick_seen: CachePadded::new(AtomicU64::new(0)),
             notices: Injector::new(),
@@ -360,17 +356,17 @@ impl Shard {
     }
 
     /// Tick thread: the oldest new timer, from the ring for timers due soon first, then from
-    /// the lane and the shared ring in turns.
-    pub(crate) fn pop_new(&self) -> Option<Placement> {
+    /// the lane and the shared ring in turns: `lane_first` (the tick thread's, flipped here)
+    /// says whose turn it is, so neither starves the other.
+    pub(crate) fn pop_new(&self, lane_first: &mut bool) -> Option<Placement> {
         if let Some(timer) = self.urgent.pop() {
             return Some(timer);
         }
         let Some(lane) = &self.lane else {
             return self.ring.pop();
         };
-        let lane_first = !self.lane_first.load(Ordering::Relaxed);
-        self.lane_first.store(lane_first, Ordering::Relaxed);
-        if lane_first {
+        *lane_first = !*lane_first;
+        if *lane_first {
             lane.pop().or_else(|| self.ring.pop())
         } else {
             self.ring.pop().or_else(|| lane.pop())
