@@ -166,6 +166,27 @@ mod tests {
         assert!(m.peak >= m.rss);
     }
 
+    /// Spins until the calling thread has had `cpu_ns` of CPU by its own clock, or `limit` of
+    /// wall time has passed; returns the CPU time it got. The spin is bounded by CPU time, not
+    /// wall time: on a loaded machine a spin of 50 ms of wall time gets as little as a quarter
+    /// of that on a CPU.
+    fn spin_for_cpu(cpu_ns: u64, limit: std::time::Duration) -> u64 {
+        let start = std::time::Instant::now();
+        let before = this_thread_cpu_ns().unwrap();
+        loop {
+            let spent = this_thread_cpu_ns().unwrap() - before;
+            if spent >= cpu_ns || start.elapsed() >= limit {
+                return spent;
+            }
+            for _ in 0..1_000 {
+                std::hint::black_box(0u64);
+            }
+        }
+    }
+
+    /// Generous: even on a loaded CI machine a spinning thread gets 50 ms of CPU in far less.
+    const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
     #[test]
     fn a_busy_named_thread_shows_cpu_time() {
         let before = thread_times();
@@ -174,19 +195,17 @@ mod tests {
         let worker = std::thread::Builder::new()
             .name("probe-busy-1".into())
             .spawn(move || {
-                let start = std::time::Instant::now();
-                let mut x = 0u64;
-                while start.elapsed() < std::time::Duration::from_millis(50) {
-                    x = std::hint::black_box(x.wrapping_add(1));
-                }
-                tx.send(()).unwrap();
+                tx.send(spin_for_cpu(50_000_000, SPIN_LIMIT)).unwrap();
                 done_rx.recv().unwrap();
             })
             .unwrap();
-        rx.recv().unwrap();
+        let spent = rx.recv().unwrap();
         let after = thread_times();
         done_tx.send(()).unwrap();
         worker.join().unwrap();
+        assert!(spent >= 50_000_000, "the worker got {spent} ns of CPU");
+        // The worker may still run between its send and its recv, and its schedstat lags a
+        // running thread by up to a scheduler tick (10 ms at most): hence 20 of the 50 ms.
         let busy = after.since(&before, "probe-busy-");
         assert!(busy >= 20_000_000, "{busy} ns");
         assert_eq!(after.since(&before, "no-such-thread"), 0);
@@ -194,21 +213,25 @@ mod tests {
 
     #[test]
     fn this_thread_figures_are_read() {
+        // The thread's CPU clock moves while it spins, and not faster than the wall clock around
+        // it (a wrong unit would break one or the other); the tenth and the millisecond allow
+        // for the two clocks' sources disagreeing slightly.
+        let wall = std::time::Instant::now();
         let before = this_thread_cpu_ns().unwrap();
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(20) {
-            std::hint::black_box(0u64);
-        }
+        let spent = spin_for_cpu(10_000_000, SPIN_LIMIT);
         let after = this_thread_cpu_ns().unwrap();
-        assert!(after - before >= 10_000_000, "{before} -> {after}");
+        let elapsed = wall.elapsed().as_nanos() as u64;
+        assert!(spent >= 10_000_000, "{spent} ns of CPU in {elapsed} ns");
+        assert!(
+            after - before <= elapsed + elapsed / 10 + 1_000_000,
+            "{before} -> {after}: more CPU than the {elapsed} ns of wall time"
+        );
         let mut schedstat = ThreadSchedstat::open();
         let (run, _wait) = schedstat.read().unwrap();
         assert!(run > 0);
-        // The file stays open and reads afresh: this thread's CPU time moves on.
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(20) {
-            std::hint::black_box(0u64);
-        }
+        // The file stays open and reads afresh: this thread's CPU time moves on (the yield
+        // brings the figure up to date).
+        spin_for_cpu(20_000_000, SPIN_LIMIT);
         std::thread::yield_now();
         let (later, _) = schedstat.read().unwrap();
         assert!(later > run, "{run} -> {later}");
