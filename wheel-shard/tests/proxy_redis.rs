@@ -810,13 +810,19 @@ fn accept_errors_back_off_without_spinning_when_the_service_is_shut_down() {
 /// The child's part: the proxy's accept fails (EMFILE) with a shut-down timer service, which
 /// refuses the back-off's sleep; the accept loop must still wait between attempts.
 fn accept_errors_out_of_descriptors() {
-    let streamer = Streamer::start(0);
+    // The upstream is a listener that never accepts: the proxy's upstream check connects (the
+    // kernel completes the handshake) and no thread of this process holds, then closes, a
+    // descriptor for it. A `Streamer` closes its end of the check's connection whenever its
+    // threads get to it, which under load can be after the limit is lowered: the freed
+    // descriptor then lets the proxy accept the client, and nothing is left to fail.
+    let upstream = StdListener::bind((LOOPBACK, 0)).expect("bind the upstream");
+    let upstream_addr = upstream.local_addr().expect("local addr");
     let window = Duration::from_secs(1);
-    let errors = client_runtime().block_on(async {
+    let (errors, accepted) = client_runtime().block_on(async {
         let timers = TimerService::new(Config::default()).expect("timer service");
         let listen = SocketAddr::from((LOOPBACK, 0));
         let limits = Limits::new(Duration::from_secs(30));
-        let proxy = Proxy::bind(listen, streamer.addr, limits, timers.clone())
+        let proxy = Proxy::bind(listen, upstream_addr, limits, timers.clone())
             .await
             .expect("proxy binds");
         let addr = proxy.local_addr().expect("local addr");
@@ -830,15 +836,16 @@ fn accept_errors_out_of_descriptors() {
         let _client = client.connect(addr).await.expect("connect");
         tokio::time::sleep(window).await;
         let errors = counters.accept_errors.load(Ordering::Relaxed);
+        let accepted = counters.accepted.load(Ordering::Relaxed);
         let _ = stop.send(());
         proxy.await.expect("the proxy stops");
-        errors
+        (errors, accepted)
     });
     // The back-off is 50 ms: about 20 in a second. A spinning loop makes millions.
     println!("accept failed {errors} times in {window:?}");
     assert!(
         errors >= 2,
-        "{errors} accept errors: the test did not run out of descriptors"
+        "{errors} accept errors ({accepted} accepted): the test did not run out of descriptors"
     );
     assert!(
         errors <= 60,
