@@ -34,8 +34,6 @@ const LOOPBACK: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const IDLE_CONNECTIONS: usize = 2_000;
 /// Connections that keep sending while the idle ones wait.
 const PINGERS: usize = 10;
-/// What "closed on time" allows past the idle timeout, as seen by the client.
-const CLOSE_SLACK: Duration = Duration::from_millis(200);
 
 mod common;
 mod redis_harness;
@@ -324,7 +322,13 @@ fn idle_connections_close_on_time_and_busy_ones_stay_open() {
     // Client sockets and the proxy's two per connection live in this process.
     ensure_open_files(3 * IDLE_CONNECTIONS as u64 + 1_000);
     let redis = Redis::start();
-    let idle = Duration::from_secs(1);
+    let idle = Duration::from_secs(2);
+    // What "closed on time" allows past the idle timeout, as the client sees it from before
+    // its connect. Generous, as 2 000 connections close at about the same moment: on a loaded
+    // 2-core machine the slowest has read up to 740 ms (with a 1 s timeout). Still under the
+    // timeout, so a connection kept open for a second idle period fails; the virtual-time test
+    // checks that the timeout itself is exact.
+    let slack = idle * 3 / 4;
     let proxy = RunningProxy::start(redis.addr, Limits::new(idle));
     let clients = run_idle_clients(proxy.addr, redis.addr, idle);
     let outcome = client_runtime()
@@ -366,13 +370,13 @@ fn idle_connections_close_on_time_and_busy_ones_stay_open() {
         build = build(),
     );
     assert!(
-        max <= CLOSE_SLACK,
+        max <= slack,
         "a connection closed {max:?} after its idle timeout"
     );
     for quiet in outcome.pingers_quiet_for {
         let quiet = quiet.expect("a pinging connection stays open");
         assert!(
-            quiet <= idle + CLOSE_SLACK,
+            quiet <= idle + slack,
             "a pinging connection closed {quiet:?} after its last PONG"
         );
     }
