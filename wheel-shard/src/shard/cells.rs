@@ -1,5 +1,6 @@
-//! [`Cells`]: the cell array both bounded rings are built on (the pending ring, `ring.rs`, and
-//! the executor's hand-out ring), and the counting that says whose turn a cell is.
+//! [`Cells`]: the cell array the bounded rings are built on (the pending ring, `ring.rs`, the
+//! lane, `lane.rs`, and the executor's hand-out ring), the counting that says whose turn a
+//! cell is, and the single consumer's side the first two share.
 //!
 //! Every cell carries a sequence number that counts from the cell's own index. The cell of
 //! position `p` (at index `p mod capacity`) is "free for `p`" while its sequence is the
@@ -11,7 +12,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::sync::{AtomicU64, UnsafeCell};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The allocator refused a ring's cells (or their size overflows).
 #[derive(Debug)]
@@ -114,6 +115,50 @@ impl<T> Cells<T> {
     #[inline]
     pub(crate) fn next_lap(&self, position: u64) -> u64 {
         self.free_for(position) + self.mask + 1
+    }
+
+    /// The single consumer of a ring on these cells, whose next position is `head`: takes the
+    /// value there if its producer has published it, frees the cell for the next lap and
+    /// moves `head` on. Written by the consumer only, `head` is read by producers.
+    pub(crate) fn pop_at(&self, head: &AtomicU64) -> Option<T> {
+        let position = head.load(Ordering::Relaxed);
+        let cell = self.at(position);
+        if cell.sequence.load(Ordering::Acquire) != self.full_for(position) {
+            return None;
+        }
+        // SAFETY: "full for `position`" means its producer wrote the value and published it
+        // with Release, which our Acquire load saw; only the single consumer reads a published
+        // cell, once, and it frees the cell only after moving the value out.
+        let value = unsafe { cell.take() };
+        cell.sequence
+            .store(self.next_lap(position), Ordering::Release);
+        head.store(position + 1, Ordering::Release);
+        Some(value)
+    }
+
+    /// The single consumer at `head`: whether [`Cells::pop_at`] has a published value to take.
+    pub(crate) fn published_at(&self, head: &AtomicU64) -> bool {
+        let position = head.load(Ordering::Relaxed);
+        self.at(position).sequence.load(Ordering::Acquire) == self.full_for(position)
+    }
+
+    /// Whether the push that took `position` left the cells at least half full, the consumer
+    /// being at `head` and `beside` more waiting for it elsewhere, looked at sixteen times a
+    /// lap (it reads the consumer's line): then it is time to wake the consumer, before
+    /// producers find the ring full and wait.
+    #[inline]
+    pub(crate) fn half_full_after(
+        &self,
+        position: u64,
+        head: &AtomicU64,
+        beside: impl FnOnce() -> usize,
+    ) -> bool {
+        let len = self.len() as u64;
+        if position & (len / 16).saturating_sub(1) != 0 {
+            return false;
+        }
+        let head = head.load(Ordering::Relaxed);
+        position.saturating_sub(head) + 1 + beside() as u64 >= len / 2
     }
 }
 

@@ -145,39 +145,20 @@ impl<T> Lane<T> {
     }
 
     /// Whether the push that took `position` left the lane at least half full, with `beside`
-    /// more waiting in the shard's shared ring, looked at sixteen times a lap (as
-    /// `PendingRing::half_full_after`).
+    /// more waiting in the shard's shared ring: see [`Cells::half_full_after`].
     #[inline]
     pub(crate) fn half_full_after(&self, position: u64, beside: impl FnOnce() -> usize) -> bool {
-        let len = self.cells.len() as u64;
-        if position & (len / 16).saturating_sub(1) != 0 {
-            return false;
-        }
-        let head = self.head.load(Ordering::Relaxed);
-        position.saturating_sub(head) + 1 + beside() as u64 >= len / 2
+        self.cells.half_full_after(position, &self.head, beside)
     }
 
     /// Consumer: takes the oldest value, if it has been published.
     pub(crate) fn pop(&self) -> Option<T> {
-        let head = self.head.load(Ordering::Relaxed);
-        let cell = self.cells.at(head);
-        if cell.sequence.load(Ordering::Acquire) != self.cells.full_for(head) {
-            return None;
-        }
-        // SAFETY: "full for `head`" means the holder wrote the value and published it with
-        // Release, which our Acquire load saw; only the single consumer reads a published
-        // cell, once, and frees it only after moving the value out.
-        let value = unsafe { cell.take() };
-        cell.sequence
-            .store(self.cells.next_lap(head), Ordering::Release);
-        self.head.store(head + 1, Ordering::Release);
-        Some(value)
+        self.cells.pop_at(&self.head)
     }
 
     /// Consumer: whether [`Lane::pop`] has a published value to take.
     pub(crate) fn head_published(&self) -> bool {
-        let head = self.head.load(Ordering::Relaxed);
-        self.cells.at(head).sequence.load(Ordering::Acquire) == self.cells.full_for(head)
+        self.cells.published_at(&self.head)
     }
 
     /// Every push so far.

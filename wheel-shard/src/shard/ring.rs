@@ -74,17 +74,11 @@ impl<T> PendingRing<T> {
     }
 
     /// Whether the push that took `position` left the ring at least half full, with `beside`
-    /// more waiting elsewhere for the same consumer (its shard's lane), looked at sixteen
-    /// times a lap (it reads the consumer's line): then it is time to wake the consumer,
-    /// before producers find the ring full and wait.
+    /// more waiting elsewhere for the same consumer (its shard's lane): see
+    /// [`Cells::half_full_after`].
     #[inline]
     pub(crate) fn half_full_after(&self, position: u64, beside: impl FnOnce() -> usize) -> bool {
-        let len = self.cells.len() as u64;
-        if position & (len / 16).saturating_sub(1) != 0 {
-            return false;
-        }
-        let head = self.head.load(Ordering::Relaxed);
-        position.saturating_sub(head) + 1 + beside() as u64 >= len / 2
+        self.cells.half_full_after(position, &self.head, beside)
     }
 
     /// Appends `value` unless the ring is full or closed, and returns the position it took.
@@ -129,27 +123,14 @@ impl<T> PendingRing<T> {
 
     /// Takes the oldest value, if it has been published. Consumer only.
     pub(crate) fn pop(&self) -> Option<T> {
-        let head = self.head.load(Ordering::Relaxed);
-        let cell = self.cells.at(head);
-        if cell.sequence.load(Ordering::Acquire) != self.cells.full_for(head) {
-            return None;
-        }
-        // SAFETY: "full for `head`" means the producer of position `head` wrote the value and
-        // published it with Release, which our Acquire load saw; only the single consumer reads
-        // a published cell, once, and it frees the cell only after moving the value out.
-        let value = unsafe { cell.take() };
-        cell.sequence
-            .store(self.cells.next_lap(head), Ordering::Release);
-        self.head.store(head + 1, Ordering::Release);
-        Some(value)
+        self.cells.pop_at(&self.head)
     }
 
     /// Whether the oldest value is published, so that [`pop`](Self::pop) takes it. Consumer
     /// only. Unlike [`is_empty`](Self::is_empty), a cell a producer has claimed but not yet
     /// written counts as nothing to take.
     pub(crate) fn head_published(&self) -> bool {
-        let head = self.head.load(Ordering::Relaxed);
-        self.cells.at(head).sequence.load(Ordering::Acquire) == self.cells.full_for(head)
+        self.cells.published_at(&self.head)
     }
 
     /// Refuses every later push. Values pushed before stay (and count in `pushed`).
