@@ -216,12 +216,14 @@ mod barrier_tests {
     use std::sync::atomic::AtomicU64 as StdU64;
     use std::sync::Arc;
 
-    /// Store buffering with the pair, many times on two threads: thread A writes `x`, light
-    /// barrier, reads `y`; thread B writes `y`, heavy barrier, reads `x`. Both reads seeing
-    /// nothing is the outcome the pair forbids (without it, x86 shows it within thousands of
-    /// rounds).
+    /// The real pair on two threads, many rounds: thread A writes `x`, light barrier, reads
+    /// `y`; thread B writes `y`, heavy barrier, reads `x`; both reads missing the other's
+    /// write is the outcome the pair forbids. A smoke test: it shows that `membarrier`
+    /// registers and runs here and that the outcome does not appear, but this harness rarely
+    /// provokes it even without the barriers (0–1 in 200 000 rounds measured), so the
+    /// ordering argument is the kernel's contract and the loom models', not this test's.
     #[test]
-    fn the_pair_forbids_store_buffering() {
+    fn the_pair_runs_and_store_buffering_does_not_show() {
         assert!(heavy_barrier_available(), "membarrier on this machine");
         const ROUNDS: u64 = 20_000;
         let x = Arc::new(StdU64::new(0));
