@@ -1,4 +1,4 @@
-//! [`Lane`]: a shard's single-producer ring, beside its shared [`PendingRing`]: new timers
+//! [`Lane`]: a shard's single-producer ring, beside its shared [`PendingRing`](super::PendingRing): new timers
 //! from the one producer thread that holds it reach the tick thread without a locked
 //! instruction.
 //!

@@ -112,11 +112,11 @@ impl Notice {
     }
 }
 
-/// Cells of a shard's ring for new timers due soon (see [`Shard::push`]): 24 KiB.
+/// Cells of a shard's ring for new timers due soon (see [`Shard::push_from`]): 24 KiB.
 pub(crate) const URGENT_CAPACITY: usize = 1024;
 
 /// References in the main ring from which a timer due soon goes past them (see
-/// [`Shard::push`]): below this the backlog is a fraction of a millisecond of the tick
+/// [`Shard::push_from`]): below this the backlog is a fraction of a millisecond of the tick
 /// thread's work.
 pub(crate) const URGENT_BACKLOG: usize = 1024;
 
@@ -324,7 +324,7 @@ impl Shard {
         self.wait_for_room(timer, timeout)
     }
 
-    /// Whether a timer due at tick `deadline` is due soon (see [`Shard::push`]). The tick read
+    /// Whether a timer due at tick `deadline` is due soon (see [`Shard::push_from`]). The tick read
     /// may be old (a sleeping tick thread publishes none): then fewer timers count as due soon,
     /// and a sleeping thread has no backlog for them to wait behind.
     #[inline]
@@ -337,7 +337,7 @@ impl Shard {
     }
 
     /// Puts `timer` into the ring for timers due soon when it is due soon and the main ring
-    /// has a backlog and room (see [`Shard::push`]); otherwise gives it back.
+    /// has a backlog and room (see [`Shard::push_from`]); otherwise gives it back.
     #[inline]
     fn push_past_backlog(&self, timer: Placement) -> Result<Option<Placement>, ScheduleError> {
         if !self.due_soon(timer.deadline) || !self.ring.backlog_with_room(URGENT_BACKLOG) {
@@ -419,7 +419,7 @@ impl Shard {
         self.urgent.len() + self.ring.len() + self.lane.as_ref().map_or(0, Lane::len)
     }
 
-    /// [`Shard::push`] when the ring was full.
+    /// [`Shard::push_from`] when the ring was full.
     #[cold]
     fn push_to_full_ring(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         self.ring_full.fetch_add(1, Ordering::Relaxed);
@@ -431,7 +431,7 @@ impl Shard {
         self.wait_for_room(timer, timeout)
     }
 
-    /// [`Shard::push`] that queues behind the producers already waiting for room.
+    /// [`Shard::push_from`] that queues behind the producers already waiting for room.
     #[cold]
     fn wait_for_room(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         self.waiters.fetch_add(1, Ordering::SeqCst);

@@ -338,24 +338,25 @@ impl TimerTable {
         self.record(slot).expect("a slot handed out has a record")
     }
 
-    /// [`TimerTable::claim_record`] without the record.
+    /// [`TimerTable::claim_for_schedule`], the slot alone.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn claim(&self, deadline: u64) -> Result<u32, TableFull> {
         self.claim_record(deadline).map(|(slot, _)| slot)
     }
 
-    /// A free slot for a new timer due at tick `deadline`, and its record, owned by the caller
-    /// until it arms the record or gives the slot back with [`TimerTable::release`]. It comes
-    /// from this thread's group for the deadline (see [`Group`]).
+    /// [`TimerTable::claim_for_schedule`] without the lane.
     #[cfg(all(test, not(loom)))]
     pub(crate) fn claim_record(&self, deadline: u64) -> Result<(u32, &Record), TableFull> {
         self.claim_for_schedule(deadline)
             .map(|claimed| (claimed.slot, claimed.record))
     }
 
-    /// [`TimerTable::claim_record`], and whether this thread holds the shard's lane. A thread
-    /// takes a free lane at a refill of its cache's spare words (every [`BATCH`] claims) once
-    /// it has claimed [`LANE_AFTER_REFILLS`] batches.
+    /// A free slot for a new timer due at tick `deadline`, and its record, owned by the caller
+    /// until it arms the record or gives the slot back with [`TimerTable::release`]; and
+    /// whether this thread holds the shard's lane. The slot comes from this thread's group for
+    /// the deadline (see [`Group`]). A thread takes a free lane at a refill of its cache's
+    /// spare words (every [`BATCH`] claims) once it has claimed [`LANE_AFTER_REFILLS`]
+    /// batches.
     #[inline]
     pub(crate) fn claim_for_schedule(&self, deadline: u64) -> Result<Claimed<'_>, TableFull> {
         let cached = CACHES.try_with(|caches| {
@@ -462,7 +463,7 @@ impl TimerTable {
         Ok(())
     }
 
-    /// [`TimerTable::claim_record`] without a cache: a word for this one claim, the rest of what
+    /// [`TimerTable::claim_for_schedule`] without a cache: a word for this one claim, the rest of what
     /// the refill brought back to the map at once.
     fn claim_uncached(&self) -> Result<u32, TableFull> {
         let mut spare = Vec::new();
