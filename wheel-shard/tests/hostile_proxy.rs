@@ -918,16 +918,30 @@ fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
             let stream = scripted(proxy.addr, &[command::ECHO]).await;
             let (read, mut write) = stream.into_split();
             let written = Arc::new(AtomicU64::new(0));
-            // When the writer's last write that moved bytes returned, in nanoseconds after
-            // `started`: the idle time runs from there, however long the buffers took to fill.
-            let last_write = Arc::new(AtomicU64::new(0));
-            let (count, last) = (Arc::clone(&written), Arc::clone(&last_write));
+            // The writer's last write that moved bytes: when it was called and when it
+            // returned, in nanoseconds after `started`. The idle time runs from the proxy's
+            // last read, which lies between the two; the call is a bound for "never early"
+            // and the return for "not late" that no pause of the writer's task between the
+            // write and its clock read can shift.
+            let last_called = Arc::new(AtomicU64::new(0));
+            let last_returned = Arc::new(AtomicU64::new(0));
+            let (count, called, returned) = (
+                Arc::clone(&written),
+                Arc::clone(&last_called),
+                Arc::clone(&last_returned),
+            );
             let started = Instant::now();
+            let nanos = move || started.elapsed().as_nanos() as u64;
             let writer = tokio::spawn(async move {
                 let chunk = vec![b'w'; 64 * 1024];
-                while let Ok(n) = write.write(&chunk).await {
+                loop {
+                    let call = nanos();
+                    let Ok(n) = write.write(&chunk).await else {
+                        break;
+                    };
                     count.fetch_add(n as u64, Ordering::SeqCst);
-                    last.store(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+                    called.store(call, Ordering::SeqCst);
+                    returned.store(nanos(), Ordering::SeqCst);
                 }
             });
             let closed = until(Duration::from_secs(5), || {
@@ -940,22 +954,25 @@ fn a_client_that_writes_without_reading_is_held_back_then_closed_idle() {
                 "a writer that never reads still open after {took:?}"
             );
             let written = written.load(Ordering::SeqCst);
-            let quiet_for = took - Duration::from_nanos(last_write.load(Ordering::SeqCst));
+            let since = |at: &AtomicU64| took - Duration::from_nanos(at.load(Ordering::SeqCst));
+            let quiet_for = (since(&last_called), since(&last_returned));
             writer.abort();
             drop(read);
             (took, quiet_for, written)
         });
+        let (since_called, since_returned) = quiet_for;
         println!(
             "the writer that never reads got {written} bytes in; closed after {took:?}, \
-             {quiet_for:?} after its last write"
+             {since_called:?} after its last write was called, {since_returned:?} after it \
+             returned"
         );
         assert!(
-            quiet_for + EARLY >= idle,
-            "closed {quiet_for:?} after the last write, before {idle:?}"
+            since_called + EARLY >= idle,
+            "closed {since_called:?} after the last write was called, before {idle:?}"
         );
         assert!(
-            quiet_for <= idle + LATE,
-            "closed only {quiet_for:?} after the last write"
+            since_returned <= idle + LATE,
+            "closed only {since_returned:?} after the last write returned"
         );
         assert!(
             written < IN_FLIGHT_BOUND,
