@@ -1,28 +1,30 @@
-//! [`Lane`]: a shard's single-producer ring, beside its shared [`PendingRing`](super::PendingRing): new timers
-//! from the one producer thread that holds it reach the tick thread without a locked
-//! instruction.
+//! [`Lane`]: a shard's single-producer ring, beside its shared
+//! [`PendingRing`](super::PendingRing): new timers from the one producer thread that holds it
+//! reach the tick thread without a locked instruction.
 //!
 //! The shared ring's claim is a SeqCst CAS on its tail, and on x86 a locked instruction waits
-//! for every earlier store of its thread to reach the cache: it is about 5 ns of a schedule
-//! whose caller reads the clock between schedules (`docs/performance.md`, twenty-eighth
-//! session). A lane has one producer, so a push is plain stores: the value, the cell's
-//! sequence (Release, which hands the cell to the tick thread) and the count of pushes.
+//! for every earlier store of its thread to reach the cache; in a loop that reads the clock
+//! between schedules that wait is paid in full (`docs/performance.md`, twenty-eighth session).
+//! A lane has one producer, so a push is plain stores: the value, the cell's sequence
+//! (Release, which hands the cell to the tick thread) and the count of pushes.
 //!
 //! Ground rules:
-//! - **One holder at a time.** A producer thread takes the lane ([`LaneHold::try_take`]) the
-//!   first time it schedules on the shard, or later when its table cache refills and the lane
-//!   is free; its cache remembers, and lets the lane go when the thread ends
-//!   ([`LaneHold::let_go`]). Every other thread uses the shared ring. The count of
-//!   pushes lives in the lane, so the next holder goes on from it.
+//! - **One holder at a time.** A producer thread takes a free lane ([`LaneHold::try_take`])
+//!   once it has scheduled a few batches on the shard, at a refill of its table cache (see
+//!   `TimerTable::claim_for_schedule`), so a thread that schedules a timer or two never does;
+//!   its cache remembers, and lets the lane go when the thread ends ([`LaneHold::let_go`]).
+//!   Every other thread uses the shared ring. The count of pushes lives in the lane, so the
+//!   next holder goes on from it.
 //! - **A full lane is no refusal.** Its holder then pushes to the shared ring, with that
 //!   ring's waiting and wake-ups.
 //! - **Plain stores need the other side's barrier.** The wake-up handshake and the shutdown
 //!   rely on a producer's push being ordered before its next read of the tick thread's plan or
 //!   of the closed flag. The shared ring's SeqCst CAS gives that order; a lane push does not,
-//!   so its holder issues [`crate::sync::light_barrier`] after it, and the threads on the other side
-//!   issue [`crate::sync::heavy_barrier`] between their write and their read: a tick thread before it
-//!   sleeps past the next tick ([`Shard::plan_sleep`](super::Shard::plan_sleep)), and the
-//!   shutdown once it has closed the lanes. Where the heavy barrier is not available
+//!   so its holder issues [`crate::sync::light_barrier`] after it, and the threads on the
+//!   other side issue [`crate::sync::heavy_barrier`] between their write and their read: a
+//!   tick thread before it sleeps past the next tick
+//!   ([`Shard::plan_sleep`](super::Shard::plan_sleep)), and the shutdown once it has closed
+//!   the lanes. Where the heavy barrier is not available
 //!   ([`crate::sync::heavy_barrier_available`]) no shard has a lane.
 //! - **Closed is a flag read after the push.** A push that then finds the lane closed is
 //!   answered as a refusal, and its caller takes its timer back from the record as after a
@@ -138,8 +140,8 @@ impl<T> Lane<T> {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Refuses later pushes; the caller then issues [`crate::sync::heavy_barrier`] before it reads
-    /// the records (see the module doc).
+    /// Refuses later pushes; the caller then issues [`crate::sync::heavy_barrier`] before it
+    /// reads the records (see the module doc).
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
     }

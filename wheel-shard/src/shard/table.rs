@@ -463,8 +463,8 @@ impl TimerTable {
         Ok(())
     }
 
-    /// [`TimerTable::claim_for_schedule`] without a cache: a word for this one claim, the rest of what
-    /// the refill brought back to the map at once.
+    /// [`TimerTable::claim_for_schedule`] without a cache: a word for this one claim, the rest
+    /// of what the refill brought back to the map at once.
     fn claim_uncached(&self) -> Result<u32, TableFull> {
         let mut spare = Vec::new();
         self.refill_spare(&mut spare);
