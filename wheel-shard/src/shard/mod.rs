@@ -251,18 +251,14 @@ impl Shard {
         lane: &Lane<Placement>,
         timer: Placement,
     ) -> Result<Option<Placement>, PushRefused> {
-        if self.due_soon(timer.deadline) && lane.backlog_with_room(URGENT_BACKLOG) {
-            match self.urgent.try_push(timer) {
-                Ok(_) => return Ok(None),
-                Err(PushError::Closed(_)) => {
-                    return Err(PushRefused {
-                        error: ScheduleError::Shutdown,
-                        counted: false,
-                    })
-                }
-                Err(PushError::Full(_)) => {}
-            }
-        }
+        let past_backlog = self.push_past_backlog(timer, || lane.backlog_with_room(URGENT_BACKLOG));
+        let Some(timer) = past_backlog.map_err(|error| PushRefused {
+            error,
+            counted: false,
+        })?
+        else {
+            return Ok(None);
+        };
         let Ok(position) = lane.try_push(timer) else {
             return Ok(Some(timer));
         };
@@ -302,7 +298,7 @@ impl Shard {
     fn push_to_ring(&self, timer: Placement, timeout: Duration) -> Result<(), ScheduleError> {
         // A caller that does not wait takes a free cell even while others wait.
         if timeout.is_zero() || self.waiters.load(Ordering::SeqCst) == 0 {
-            let Some(timer) = self.push_past_backlog(timer)? else {
+            let Some(timer) = self.push_past_ring_backlog(timer)? else {
                 return Ok(());
             };
             return match self.ring.try_push(timer) {
@@ -336,11 +332,16 @@ impl Shard {
                 .saturating_add(self.urgent_ticks)
     }
 
-    /// Puts `timer` into the ring for timers due soon when it is due soon and the main ring
-    /// has a backlog and room (see [`Shard::push_from`]); otherwise gives it back.
+    /// Puts `timer` into the ring for timers due soon when it is due soon and the queue it
+    /// would otherwise wait in (the shared ring or the lane) `has_backlog` with room (see
+    /// [`Shard::push_from`]); otherwise gives it back.
     #[inline]
-    fn push_past_backlog(&self, timer: Placement) -> Result<Option<Placement>, ScheduleError> {
-        if !self.due_soon(timer.deadline) || !self.ring.backlog_with_room(URGENT_BACKLOG) {
+    fn push_past_backlog(
+        &self,
+        timer: Placement,
+        has_backlog: impl FnOnce() -> bool,
+    ) -> Result<Option<Placement>, ScheduleError> {
+        if !self.due_soon(timer.deadline) || !has_backlog() {
             return Ok(Some(timer));
         }
         match self.urgent.try_push(timer) {
@@ -348,6 +349,12 @@ impl Shard {
             Err(PushError::Closed(_)) => Err(ScheduleError::Shutdown),
             Err(PushError::Full(timer)) => Ok(Some(timer)),
         }
+    }
+
+    /// [`Shard::push_past_backlog`] past the shared ring's backlog.
+    #[inline]
+    fn push_past_ring_backlog(&self, timer: Placement) -> Result<Option<Placement>, ScheduleError> {
+        self.push_past_backlog(timer, || self.ring.backlog_with_room(URGENT_BACKLOG))
     }
 
     /// Tick thread: publishes the tick of the pass it begins (see [`Shard::due_soon`]).
@@ -443,7 +450,7 @@ impl Shard {
     fn push_waiting(&self, mut timer: Placement, give_up: Instant) -> Result<(), ScheduleError> {
         let mut guard = self.room_lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            let Some(unplaced) = self.push_past_backlog(timer)? else {
+            let Some(unplaced) = self.push_past_ring_backlog(timer)? else {
                 return Ok(());
             };
             timer = match self.ring.try_push(unplaced) {
