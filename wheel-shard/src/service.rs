@@ -651,15 +651,13 @@ impl Handle {
         core.closed.store(true, Ordering::SeqCst);
         for shard in core.shards.iter() {
             shard.close_rings();
+            shard.stop.store(true, Ordering::SeqCst);
+            shard.wake();
         }
         if core.shards.iter().any(Shard::has_lane) {
             // Every lane push is now visible, or its holder sees the lane closed and takes its
             // timer back (`shard/lane.rs`), before the records are read below.
             sync::heavy_barrier();
-        }
-        for shard in core.shards.iter() {
-            shard.stop.store(true, Ordering::SeqCst);
-            shard.wake();
         }
         for tick in threads.ticks {
             join_unless_current(tick);
