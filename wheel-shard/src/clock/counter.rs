@@ -27,16 +27,19 @@
 //!    bound, times 9/8: NTP slews the monotonic clock against the counter, chrony by at most
 //!    83 333 ppm, which the eighth covers.
 //! 3. The anchor's monotonic read is a vDSO call whose fence orders it after the counter read
-//!    before it, so `mono(c₀) ≤ m₀`. An anchor whose two counter reads lie more than half a
-//!    span apart (the thread was interrupted) is not kept: its read still serves the call.
+//!    before it, so `mono(c₀) ≤ m₀`, and the counter read after it bounds how far ahead `m₀`
+//!    can be: an anchor whose two counter reads lie more than `WIDTH` (250 ns) apart (the
+//!    thread was interrupted) is not kept; its read still serves the call.
 //! 4. The later counter read is not fenced: it may run ahead of earlier instructions still
 //!    waiting on memory. `MARGIN` (1 µs) is far beyond any such window (a DRAM miss is about
 //!    150 ns).
-//! 5. An anchor serves `SPAN` counts (2 µs) at most, and only a count that moved forwards:
+//! 5. An anchor serves `SPAN` counts (8 µs) at most, and only a count that moved forwards:
 //!    a thread's first read, a pause, or a count from a CPU that is behind takes a new anchor.
 //!
-//! So the bound runs at most `MARGIN` plus half a span plus an eighth of a span (≈ 2.3 µs)
-//! ahead of the truth: with a 1 ms tick about one deadline in 500 moves a tick later. A
+//! So the bound runs at most `MARGIN` plus `WIDTH` plus an eighth of a span (≈ 2.3 µs) ahead
+//! of the truth: with a 1 ms tick about one deadline in 450 moves a tick later. A new anchor
+//! costs a vDSO call, so the span sets how often a busy producer pays one (every 8 µs, a
+//! hundred schedules or more), and the width, not the span, bounds the anchor's own lead. A
 //! [`Clock`](super::Clock) uses it only for ticks of at least [`MIN_TICK`].
 
 use std::cell::Cell;
@@ -54,7 +57,11 @@ pub(crate) const MIN_TICK: Duration = Duration::from_micros(100);
 const MARGIN_NANOS: u64 = 1_000;
 
 /// How long an anchor serves (rule 5).
-const SPAN_NANOS: u64 = 2_000;
+const SPAN_NANOS: u64 = 8_000;
+
+/// The widest bracket an anchor is taken from (rule 3): a vDSO read takes 25–60 ns, so only
+/// an interrupted one is refused.
+const WIDTH_NANOS: u64 = 250;
 
 /// How long calibration measures the counter's rate.
 const CALIBRATION: Duration = Duration::from_millis(2);
@@ -94,6 +101,8 @@ pub(crate) struct CounterClock {
     rate: u64,
     /// `SPAN_NANOS` in counts: how far an anchor serves.
     span: u64,
+    /// `WIDTH_NANOS` in counts: the widest bracket an anchor is taken from.
+    width: u64,
 }
 
 impl CounterClock {
@@ -148,7 +157,7 @@ impl CounterClock {
     #[inline(never)]
     fn anchor(self, anchor: &Cell<Anchor>) -> u64 {
         let read = Bracket::read(self.epoch);
-        if read.width() <= self.span / 2 {
+        if read.width() <= self.width {
             anchor.set(Anchor {
                 count: read.before,
                 nanos_with_margin: read.nanos + MARGIN_NANOS,
@@ -207,6 +216,7 @@ fn calibrate() -> Option<CounterClock> {
         epoch,
         rate: u64::try_from(measured * 9 / 8).ok()?,
         span: u64::try_from((u128::from(SPAN_NANOS) << RATE_SHIFT) / measured).ok()?,
+        width: u64::try_from((u128::from(WIDTH_NANOS) << RATE_SHIFT) / measured).ok()?,
     })
 }
 
@@ -263,9 +273,9 @@ fn read_counter() -> u64 {
 mod tests {
     use super::*;
 
-    /// The most the bound may run ahead: MARGIN, half a span of anchor, an eighth of a span of
+    /// The most the bound may run ahead: MARGIN, the widest bracket, an eighth of a span of
     /// rate headroom (≈ 2.3 µs), doubled for calibration error.
-    const LEAD_NANOS: u64 = 2 * (MARGIN_NANOS + SPAN_NANOS / 2 + SPAN_NANOS / 8);
+    const LEAD_NANOS: u64 = 2 * (MARGIN_NANOS + WIDTH_NANOS + SPAN_NANOS / 8);
 
     #[test]
     fn only_the_time_stamp_counter_is_the_counter() {
