@@ -28,7 +28,8 @@ pub(crate) struct Clock {
     /// Virtual nanoseconds since `origin`, for a manual clock; `None`: real time.
     manual: Option<Arc<AtomicU64>>,
     /// Where deadlines start from a bound on "now" rather than a read of it (real clocks with
-    /// ticks of at least [`counter::MIN_TICK`], on machines that have one).
+    /// ticks of at least [`counter::MIN_TICK`] that [`Divisor::div_ceil_biased`] serves, on
+    /// machines that have one).
     counter: Option<CounterClock>,
     /// `origin` in the counter clock's nanoseconds (0 without one).
     origin_on_counter: u64,
@@ -157,13 +158,16 @@ impl Clock {
         Clock::with_counter(tick, counter)
     }
 
-    /// A real clock whose deadlines start from `counter`'s bound, or from `Instant::now()`.
+    /// A real clock whose deadlines start from `counter`'s bound, or from `Instant::now()`
+    /// (also for a tick the short ceiling does not serve, so a schedule checks one `Option`).
     fn with_counter(tick: Duration, counter: Option<CounterClock>) -> Self {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         let origin = Instant::now();
+        let tick = Divisor::new(tick_nanos);
+        let counter = counter.filter(|_| tick.takes_short());
         Clock {
             origin,
-            tick: Divisor::new(tick_nanos),
+            tick,
             manual: None,
             counter,
             origin_on_counter: counter.map_or(0, |counter| {
@@ -236,7 +240,7 @@ impl Clock {
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
         let delay = nanos(delay);
         match self.counter {
-            Some(counter) if delay < SHORT && self.tick.takes_short() => self
+            Some(counter) if delay < SHORT => self
                 .tick
                 .div_ceil_biased(counter.nanos_above_plus(self.bracket(delay))),
             _ => self.ticks_ceil(self.elapsed_above().saturating_add(delay)),
