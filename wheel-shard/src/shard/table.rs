@@ -92,8 +92,9 @@ struct Cache {
     /// Slots of timers this thread ended, on their way to the map; claims take them only
     /// when the table has no other free slot.
     slots: Vec<u32>,
-    /// The slots new timers take, [`GROUPS`] words of them, by deadline (see [`Group`]).
-    groups: Box<[Group]>,
+    /// The slots new timers take, [`GROUPS`] words of them, by deadline (see [`Group`]). An
+    /// array, so that [`Group::index`] needs no bounds check.
+    groups: Box<[Group; GROUPS]>,
     /// Words taken from the map or fresh, not yet given to a group, lowest last.
     spare: Vec<(u32, u64)>,
     /// The shard's lane's hold, when this thread holds the lane: let go when the thread ends.
@@ -532,7 +533,7 @@ impl TimerTable {
                     table: self.id,
                     map: Arc::downgrade(&self.map),
                     slots: Vec::with_capacity(2 * BATCH),
-                    groups: vec![Group::default(); GROUPS].into_boxed_slice(),
+                    groups: Box::new([Group::default(); GROUPS]),
                     spare: Vec::with_capacity(SPARE_WORDS),
                     lane: None,
                     refills: 0,
