@@ -262,11 +262,10 @@ impl Core {
     /// free slots and its prefetched records stay hot) before it moves on.
     pub(crate) fn pick_shard(&self) -> &Shard {
         thread_local! {
-            /// (this thread's sequence, the hash of its current run of [`SHARD_RUN`]).
-            static SEQUENCE: Cell<(u64, u64)> = Cell::new({
-                let seed = thread_seed();
-                (seed, mix(seed / SHARD_RUN))
-            });
+            /// (this thread's next sequence number, the hash of its current run of
+            /// [`SHARD_RUN`]); sequence 0 means not yet seeded. Initialised as a constant, so
+            /// that a schedule does not check whether it is initialised.
+            static SEQUENCE: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
         }
         let n = self.shards.len();
         if n == 1 {
@@ -274,13 +273,12 @@ impl Core {
         }
         let hash = SEQUENCE.with(|s| {
             let (x, hash) = s.get();
-            let x = x.wrapping_add(1);
-            let hash = if x % SHARD_RUN == 0 {
-                mix(x / SHARD_RUN)
+            let (x, hash) = if x % SHARD_RUN == 0 {
+                next_run(x)
             } else {
-                hash
+                (x, hash)
             };
-            s.set((x, hash));
+            s.set((x.wrapping_add(1), hash));
             hash
         });
         &self.shards[scale(hash, n)]
@@ -309,6 +307,18 @@ fn next_service_tag() -> u32 {
 fn thread_seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::thread::current().id())
+}
+
+/// The start of a thread's next run of [`SHARD_RUN`] timers at sequence number `x` (a
+/// multiple of it): `x` and the run's hash; a thread's first run starts at a random multiple.
+#[cold]
+fn next_run(x: u64) -> (u64, u64) {
+    let x = if x == 0 {
+        (thread_seed() & !(SHARD_RUN - 1)) | SHARD_RUN
+    } else {
+        x
+    };
+    (x, mix(x / SHARD_RUN))
 }
 
 /// `hash` scaled to `0..n` (the high word of `hash · n`): uniform for a uniform hash, and a
