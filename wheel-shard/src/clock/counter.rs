@@ -28,8 +28,10 @@
 //!    83 333 ppm, which the eighth covers.
 //! 3. The anchor's monotonic read is a vDSO call whose fence orders it after the counter read
 //!    before it, so `mono(c₀) ≤ m₀`, and the counter read after it bounds how far ahead `m₀`
-//!    can be: an anchor whose two counter reads lie more than `WIDTH` (250 ns) apart (the
-//!    thread was interrupted) is not kept; its read still serves the call.
+//!    can be: an anchor whose two counter reads lie more than `WIDTH` apart (the thread was
+//!    interrupted) is not kept; its read still serves the call. `WIDTH` is 250 ns, or four
+//!    times the tightest bracket calibration saw where a monotonic read is slower than that
+//!    (at most half a span), so that a machine with a slow clock call still keeps anchors.
 //! 4. The later counter read is not fenced: it may run ahead of earlier instructions still
 //!    waiting on memory. `MARGIN` (1 µs) is far beyond any such window (a DRAM miss is about
 //!    150 ns).
@@ -59,8 +61,8 @@ const MARGIN_NANOS: u64 = 1_000;
 /// How long an anchor serves (rule 5).
 const SPAN_NANOS: u64 = 8_000;
 
-/// The widest bracket an anchor is taken from (rule 3): a vDSO read takes 25–60 ns, so only
-/// an interrupted one is refused.
+/// The widest bracket an anchor is taken from (rule 3) where monotonic reads are fast: a vDSO
+/// read takes 25–60 ns, so only an interrupted one is refused.
 const WIDTH_NANOS: u64 = 250;
 
 /// How long calibration measures the counter's rate.
@@ -101,7 +103,8 @@ pub(crate) struct CounterClock {
     rate: u64,
     /// `SPAN_NANOS` in counts: how far an anchor serves.
     span: u64,
-    /// `WIDTH_NANOS` in counts: the widest bracket an anchor is taken from.
+    /// The widest bracket an anchor is taken from, in counts: `WIDTH_NANOS`, or more on a
+    /// machine whose monotonic reads are slow (rule 3).
     width: u64,
 }
 
@@ -212,11 +215,14 @@ fn calibrate() -> Option<CounterClock> {
     if !plausible.contains(&measured) {
         return None;
     }
+    let span = u64::try_from((u128::from(SPAN_NANOS) << RATE_SHIFT) / measured).ok()?;
+    let width = u64::try_from((u128::from(WIDTH_NANOS) << RATE_SHIFT) / measured).ok()?;
+    let tightest = first.width().min(second.width());
     Some(CounterClock {
         epoch,
         rate: u64::try_from(measured * 9 / 8).ok()?,
-        span: u64::try_from((u128::from(SPAN_NANOS) << RATE_SHIFT) / measured).ok()?,
-        width: u64::try_from((u128::from(WIDTH_NANOS) << RATE_SHIFT) / measured).ok()?,
+        span,
+        width: width.max(tightest.saturating_mul(4)).min(span / 2),
     })
 }
 
@@ -273,9 +279,25 @@ fn read_counter() -> u64 {
 mod tests {
     use super::*;
 
-    /// The most the bound may run ahead: MARGIN, the widest bracket, an eighth of a span of
-    /// rate headroom (≈ 2.3 µs), doubled for calibration error.
-    const LEAD_NANOS: u64 = 2 * (MARGIN_NANOS + WIDTH_NANOS + SPAN_NANOS / 8);
+    /// The most `clock`'s bound may run ahead: MARGIN, its widest bracket, an eighth of a
+    /// span of rate headroom (≈ 2.3 µs where monotonic reads are fast), doubled for
+    /// calibration error.
+    fn lead_nanos(clock: CounterClock) -> u64 {
+        let width = (u128::from(clock.width) * u128::from(clock.rate)) >> RATE_SHIFT;
+        2 * (MARGIN_NANOS + width as u64 + SPAN_NANOS / 8)
+    }
+
+    #[test]
+    fn anchors_are_kept_from_brackets_of_a_quarter_microsecond_or_more() {
+        let Some(clock) = CounterClock::calibrated() else {
+            return;
+        };
+        let width = (u128::from(clock.width) * u128::from(clock.rate)) >> RATE_SHIFT;
+        assert!(
+            (WIDTH_NANOS as u128..=SPAN_NANOS as u128 * 9 / 16 + 1).contains(&width),
+            "an anchor's widest bracket is {width} ns"
+        );
+    }
 
     #[test]
     fn only_the_time_stamp_counter_is_the_counter() {
@@ -296,6 +318,7 @@ mod tests {
     /// Reads before, the bound, reads after, on `threads` threads at once, with pauses that
     /// force new anchors and let threads move between CPUs.
     fn check_bounds(clock: CounterClock, threads: usize, reads: u64) {
+        let lead = lead_nanos(clock);
         std::thread::scope(|scope| {
             for t in 0..threads {
                 scope.spawn(move || {
@@ -314,8 +337,8 @@ mod tests {
                         let after = nanos(clock.epoch.elapsed());
                         assert!(above >= before, "read {i}: {above} behind {before}");
                         assert!(
-                            above <= after + LEAD_NANOS,
-                            "read {i}: {above} more than {LEAD_NANOS} ns ahead of {after}"
+                            above <= after + lead,
+                            "read {i}: {above} more than {lead} ns ahead of {after}"
                         );
                     }
                 });

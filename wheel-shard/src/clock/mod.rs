@@ -530,6 +530,10 @@ mod tests {
             Clock::new(Duration::from_micros(99)).counter.is_none(),
             "a tick under counter::MIN_TICK reads Instant::now()"
         );
+        assert!(
+            Clock::new(Duration::from_nanos(SHORT)).counter.is_none(),
+            "a tick the short ceiling does not serve reads Instant::now()"
+        );
         for clock in &clocks {
             for i in 0..200_000u64 {
                 let delay = Duration::from_nanos(i * 7919 % 3_000_000);
