@@ -10,7 +10,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, service, service_with, service_with_a_full_ring, wheel_tasks, SOON};
+use common::{
+    eventually, manual, service, service_with, service_with_a_full_ring, wheel_tasks, SOON,
+};
 use wheel_shard::{Config, ScheduleError, TimerId, TimerService};
 
 fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
@@ -93,9 +95,12 @@ fn duration_max_is_legal_and_comes_back_at_shutdown() {
     assert!(unfired[0].deadline > Instant::now() + Duration::from_secs(3600 * 24 * 365));
 }
 
+/// On virtual time: the cancelled timer's 30 ms cannot run out between its schedule and its
+/// cancel, however long the test thread is paused in between, and time then moves well past
+/// that deadline, so "never ran" is checked after it, not merely before it.
 #[test]
 fn cancel_is_definitive() {
-    let timers = service();
+    let (timers, clock) = manual(2, 2);
     let (count, task) = counter();
     let id = timers.schedule(Duration::from_millis(30), task()).unwrap();
     assert!(timers.cancel(id));
@@ -105,19 +110,18 @@ fn cancel_is_definitive() {
     );
     assert!(!timers.reschedule(id, Duration::from_millis(1)));
     let fired = timers.schedule(Duration::from_millis(1), task()).unwrap();
-    assert!(eventually(SOON, || count.load(Ordering::SeqCst) == 1));
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(count.load(Ordering::SeqCst), 1, "the other timer fired");
     assert!(!timers.cancel(fired), "cancel after firing is false");
-    std::thread::sleep(Duration::from_millis(60));
+    clock.advance(Duration::from_millis(59));
     assert_eq!(
         count.load(Ordering::SeqCst),
         1,
-        "the cancelled task never ran"
+        "the cancelled task never ran, 30 ms past its deadline"
     );
-    assert!(eventually(SOON, || timers.stats().cancelled == 1));
-    assert!(
-        eventually(SOON, || timers.pending() == 0),
-        "cancelled entry freed"
-    );
+    assert_eq!(timers.stats().cancelled, 1);
+    assert_eq!(timers.pending(), 0, "cancelled entry freed");
+    assert!(timers.shutdown().is_empty());
 }
 
 /// Cancels and reschedules issued right after `schedule` mostly find the timer still on its
