@@ -202,40 +202,83 @@ fn cancelled_memory_is_reclaimed_within_about_a_tick() {
     assert_eq!(timers.stats().cancelled, 10_000);
 }
 
+/// On virtual time: the 20 ms of the timer that is postponed cannot run out before its
+/// reschedule, however long the test thread is paused between the two calls, so each timer is
+/// checked against its exact new deadline, and the postponed one also against its old one.
 #[test]
 fn reschedule_postpones_and_advances() {
-    let timers = service();
+    let (timers, clock) = manual(2, 2);
     let (tx, rx) = mpsc::channel();
-    let start = Instant::now();
-    let later = {
-        let tx = tx.clone();
-        timers.schedule(Duration::from_millis(20), move || {
-            tx.send(("later", Instant::now())).unwrap()
-        })
-    }
-    .unwrap();
-    let sooner = {
-        let tx = tx.clone();
-        timers.schedule(Duration::from_secs(3600), move || {
-            tx.send(("sooner", Instant::now())).unwrap()
-        })
-    }
-    .unwrap();
+    let start = clock.now();
+    let report = |name: &'static str| {
+        let (tx, clock) = (tx.clone(), clock.clone());
+        move || tx.send((name, clock.now())).unwrap()
+    };
+    let later = timers
+        .schedule(Duration::from_millis(20), report("later"))
+        .unwrap();
+    let sooner = timers
+        .schedule(Duration::from_secs(3600), report("sooner"))
+        .unwrap();
     assert!(timers.reschedule(later, Duration::from_millis(300)));
     assert!(timers.reschedule(sooner, Duration::from_millis(10)));
-    let (first, at) = rx.recv_timeout(SOON).unwrap();
-    assert_eq!(first, "sooner");
-    assert!(at >= start + Duration::from_millis(10));
-    let (second, at) = rx.recv_timeout(SOON).unwrap();
-    assert_eq!(second, "later");
+    clock.advance(Duration::from_millis(299));
+    assert_eq!(
+        rx.try_recv(),
+        Ok(("sooner", start + Duration::from_millis(10))),
+        "the advanced timer fires at its new deadline"
+    );
     assert!(
-        at >= start + Duration::from_millis(300),
+        rx.try_recv().is_err(),
         "postponed timer fired at its old deadline"
+    );
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        rx.try_recv(),
+        Ok(("later", start + Duration::from_millis(300))),
+        "the postponed timer fires at its new deadline"
     );
     assert!(
         !timers.reschedule(later, Duration::from_millis(5)),
         "already fired"
     );
+    assert!(timers.shutdown().is_empty());
+}
+
+/// In real time, what virtual time cannot show: a timer moved from an hour away to 10 ms from
+/// now wakes its tick thread, which planned to sleep until the far deadline, and fires within
+/// `SOON` (10 s) instead of an hour. The never-early bound counts from an instant taken just
+/// before the reschedule, the earliest moment the reschedule can read as its now, so it holds
+/// exactly whatever pauses the test thread or the service's threads.
+#[test]
+fn an_earlier_deadline_wakes_a_tick_thread_asleep_until_a_far_one() {
+    let timers = service();
+    let (tx, rx) = mpsc::channel();
+    let id = timers
+        .schedule(Duration::from_secs(3600), move || {
+            tx.send(Instant::now()).unwrap()
+        })
+        .unwrap();
+    // Out of the ring and into the wheel: its tick thread plans its sleep by it, and the
+    // moment after lets it fall asleep (one still awake would not need the wake-up this test
+    // is about, and would pass all the same).
+    assert!(eventually(SOON, || timers
+        .stats()
+        .ring_depths
+        .iter()
+        .all(|&depth| depth == 0)));
+    std::thread::sleep(Duration::from_millis(20));
+    let before = Instant::now();
+    assert!(timers.reschedule(id, Duration::from_millis(10)));
+    let fired_at = rx
+        .recv_timeout(SOON)
+        .expect("the earlier deadline woke the tick thread");
+    assert!(
+        fired_at >= before + Duration::from_millis(10),
+        "fired {:?} after the instant before the reschedule, before the 10 ms it asked for",
+        fired_at - before
+    );
+    assert!(!timers.reschedule(id, Duration::from_millis(5)), "fired");
 }
 
 #[test]
