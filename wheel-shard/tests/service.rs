@@ -313,9 +313,11 @@ fn repeating_runs_at_a_fixed_rate_until_cancelled() {
     assert!(!timers.cancel(id));
 }
 
+/// On virtual time: the third run, 15 ms after the schedule, cannot come before the test has
+/// stored the id it cancels, however long the test thread is paused in between.
 #[test]
 fn repeating_timer_can_cancel_itself_from_its_callback() {
-    let timers = service();
+    let (timers, clock) = manual(2, 2);
     let runs = Arc::new(AtomicUsize::new(0));
     let id_cell: Arc<Mutex<Option<TimerId>>> = Arc::default();
     let cancelled = Arc::new(AtomicBool::new(false));
@@ -336,14 +338,20 @@ fn repeating_timer_can_cancel_itself_from_its_callback() {
             .unwrap()
     };
     *id_cell.lock().unwrap() = Some(id);
-    assert!(eventually(SOON, || cancelled.load(Ordering::SeqCst)));
-    std::thread::sleep(Duration::from_millis(60));
+    clock.advance(Duration::from_millis(15));
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the third run's cancel of its own timer returned true"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    clock.advance(Duration::from_millis(60));
     assert_eq!(
         runs.load(Ordering::SeqCst),
         3,
-        "no run after cancel from the callback"
+        "no run after cancel from the callback, twelve periods on"
     );
-    timers.shutdown();
+    assert_eq!(timers.pending(), 0);
+    assert!(timers.shutdown().is_empty());
 }
 
 #[test]
