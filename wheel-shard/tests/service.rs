@@ -379,27 +379,34 @@ fn cancel_during_a_slow_repeating_run_stops_it() {
     assert!(eventually(SOON, || timers.stats().cancelled == 1));
 }
 
+/// On virtual time: the first run, 50 ms after the schedule, cannot come before the
+/// reschedule that postpones it, however long the test thread is paused between the two
+/// calls; and each run is checked at its exact instant.
 #[test]
 fn reschedule_moves_the_next_run_of_a_repeating_timer() {
-    let timers = service();
-    let runs = Arc::new(AtomicUsize::new(0));
+    let (timers, clock) = manual(2, 2);
+    let start = clock.now();
+    let runs = Arc::new(Mutex::new(Vec::new()));
     let id = {
-        let runs = Arc::clone(&runs);
+        let (runs, clock) = (Arc::clone(&runs), clock.clone());
         timers
             .schedule_repeating(Duration::from_millis(50), move || {
-                runs.fetch_add(1, Ordering::SeqCst);
+                runs.lock().unwrap().push(clock.now().duration_since(start))
             })
             .unwrap()
     };
     assert!(timers.reschedule(id, Duration::from_secs(3600)));
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "next run postponed");
+    clock.advance(Duration::from_millis(200));
+    assert!(runs.lock().unwrap().is_empty(), "next run postponed");
     assert!(timers.reschedule(id, Duration::ZERO));
-    assert!(
-        eventually(SOON, || runs.load(Ordering::SeqCst) >= 2),
-        "advanced, then repeats"
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [200, 250, 300].map(Duration::from_millis),
+        "advanced to now, then repeats at the period from there"
     );
     assert!(timers.cancel(id));
+    assert!(timers.shutdown().is_empty());
 }
 
 #[test]
