@@ -117,11 +117,31 @@ fn quick_run_writes_outputs_and_every_timer_fires_once() {
         );
         assert!(run["throughput"]["schedule_per_sec"].as_f64().unwrap() > 0.0);
     }
+    // rpc: the producer keeps about 90 % of its timers and cancels each kept one a batch
+    // (1024 schedules) later. Which timers are kept comes from the seeded draws, not from
+    // timing, so on any machine the cancel calls are about 90 % of the 20 000 (18 000 ± 500
+    // is ± 12 standard deviations of the draw).
     let rpc = runs.iter().find(|r| r["scenario"] == "rpc").unwrap();
-    let cancelled = rpc["counts"]["cancelled"].as_u64().unwrap();
+    let counts = &rpc["counts"];
+    let calls = counts["cancel_calls"].as_u64().unwrap();
+    let cancelled = counts["cancelled"].as_u64().unwrap();
     assert!(
-        (17_000..=18_500).contains(&cancelled),
-        "about 90 % cancelled: {cancelled}"
+        (17_500..=18_500).contains(&calls),
+        "about 90 % kept for a cancel: {counts}"
+    );
+    // A cancel takes effect at most once. A kept timer whose delay ran out before its cancel
+    // came fired instead, and the longer the producer is paused the more of them there are;
+    // that each timer fired or was cancelled, never both, is checked above (the counts add
+    // up, and the run's problems name any timer that ran after its cancel returned true).
+    assert!(calls >= cancelled, "more cancels than calls: {counts}");
+    // Still, most cancels take effect. Delays are uniform over the 300 ms spread, and the
+    // producer comes back to a batch about a millisecond after scheduling it (a few dozen of
+    // the ~18 000 kept timers fire first): for half of them to fire first it would have to be
+    // held up 150 ms on average at every one of its 20 batches, seconds of stalls where host
+    // pauses and preemptions are milliseconds to tens of milliseconds, a few times a second.
+    assert!(
+        cancelled * 2 > calls,
+        "most cancels take effect: {cancelled} of {calls} ({counts})"
     );
     let heartbeat = runs.iter().find(|r| r["scenario"] == "heartbeat").unwrap();
     assert_eq!(
