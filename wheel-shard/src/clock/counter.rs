@@ -283,8 +283,12 @@ mod tests {
     /// span of rate headroom (≈ 2.3 µs where monotonic reads are fast), doubled for
     /// calibration error.
     fn lead_nanos(clock: CounterClock) -> u64 {
-        let width = (u128::from(clock.width) * u128::from(clock.rate)) >> RATE_SHIFT;
-        2 * (MARGIN_NANOS + width as u64 + SPAN_NANOS / 8)
+        2 * (MARGIN_NANOS + width_nanos(clock) + SPAN_NANOS / 8)
+    }
+
+    /// `clock`'s widest anchor bracket in nanoseconds, by its rate (an upper bound).
+    fn width_nanos(clock: CounterClock) -> u64 {
+        ((u128::from(clock.width) * u128::from(clock.rate)) >> RATE_SHIFT) as u64
     }
 
     #[test]
@@ -292,9 +296,9 @@ mod tests {
         let Some(clock) = CounterClock::calibrated() else {
             return;
         };
-        let width = (u128::from(clock.width) * u128::from(clock.rate)) >> RATE_SHIFT;
+        let width = width_nanos(clock);
         assert!(
-            (WIDTH_NANOS as u128..=SPAN_NANOS as u128 * 9 / 16 + 1).contains(&width),
+            (WIDTH_NANOS..=SPAN_NANOS * 9 / 16 + 1).contains(&width),
             "an anchor's widest bracket is {width} ns"
         );
     }
