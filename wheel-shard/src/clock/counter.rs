@@ -145,7 +145,7 @@ impl CounterClock {
             } = anchor.get();
             let ahead = count.wrapping_sub(at);
             if ahead <= self.span {
-                // `ahead · rate` < 2 µs of counts times a rate under 2⁴⁰: no overflow.
+                // `ahead · rate` < 8 µs of counts times a rate under 2⁴⁰: no overflow.
                 nanos_with_margin
                     .wrapping_add(offset)
                     .wrapping_add((ahead * self.rate) >> RATE_SHIFT)
