@@ -60,6 +60,10 @@ const MARGIN_NANOS: u64 = 1_000;
 
 /// How long an anchor serves (rule 5).
 const SPAN_NANOS: u64 = 8_000;
+// An anchor is younger than the shortest tick, so a service's origin, taken before the
+// schedule that reads the bound, lies less than a tick after the anchor's time: the
+// deadline's sum without the counts (`Clock::deadline_after`) does not wrap below zero.
+const _: () = assert!(MIN_TICK.as_nanos() > SPAN_NANOS as u128);
 
 /// The widest bracket an anchor is taken from (rule 3) where monotonic reads are fast: a vDSO
 /// read takes 25–60 ns, so only an interrupted one is refused.
@@ -69,7 +73,7 @@ const WIDTH_NANOS: u64 = 250;
 const CALIBRATION: Duration = Duration::from_millis(2);
 
 /// Fixed-point scale of [`CounterClock::rate`]: nanoseconds a count, times 2³².
-const RATE_SHIFT: u32 = 32;
+pub(crate) const RATE_SHIFT: u32 = 32;
 
 /// The counter clock of this process, measured once: `None` where there is none.
 static CALIBRATED: OnceLock<Option<CounterClock>> = OnceLock::new();
@@ -82,6 +86,14 @@ static CALIBRATED: OnceLock<Option<CounterClock>> = OnceLock::new();
 struct Anchor {
     count: u64,
     nanos_with_margin: u64,
+}
+
+/// A bound on now, [`CounterClock::bound`]: `nanos + counts · r̂` nanoseconds since the
+/// epoch, `counts` at most a span.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bound {
+    pub(crate) nanos: u64,
+    pub(crate) counts: u64,
 }
 
 thread_local! {
@@ -129,30 +141,40 @@ impl CounterClock {
     /// Nanoseconds since [`CounterClock::epoch`], never behind the monotonic clock's now.
     #[inline]
     pub(crate) fn nanos_above(self) -> u64 {
-        self.nanos_above_plus(0)
+        let Bound { nanos, counts } = self.bound();
+        // `counts · rate` < 8 µs of counts times a rate under 2⁴⁰: no overflow.
+        nanos.wrapping_add((counts * self.rate) >> RATE_SHIFT)
     }
 
-    /// [`CounterClock::nanos_above`] plus `offset`, wrapping: the caller knows the sum's range.
-    /// The offset joins the anchor's time, which is known before the counter is read, so
-    /// after the read only the extrapolation's multiplication and one addition remain.
+    /// The bound on now in two parts, for a caller that converts it to other units in one
+    /// multiplication: now ≤ `nanos + counts · r̂`. `nanos` is known before the counter is
+    /// read (the thread's anchor), so after the read only `counts`, one subtraction, remains.
     #[inline]
-    pub(crate) fn nanos_above_plus(self, offset: u64) -> u64 {
+    pub(crate) fn bound(self) -> Bound {
         let count = read_counter();
         ANCHOR.with(|anchor| {
             let Anchor {
                 count: at,
                 nanos_with_margin,
             } = anchor.get();
-            let ahead = count.wrapping_sub(at);
-            if ahead <= self.span {
-                // `ahead · rate` < 8 µs of counts times a rate under 2⁴⁰: no overflow.
-                nanos_with_margin
-                    .wrapping_add(offset)
-                    .wrapping_add((ahead * self.rate) >> RATE_SHIFT)
+            let counts = count.wrapping_sub(at);
+            if counts <= self.span {
+                Bound {
+                    nanos: nanos_with_margin,
+                    counts,
+                }
             } else {
-                self.anchor(anchor).wrapping_add(offset)
+                Bound {
+                    nanos: self.anchor(anchor),
+                    counts: 0,
+                }
             }
         })
+    }
+
+    /// `r̂` in 32.32 fixed point: an upper bound on nanoseconds a count.
+    pub(crate) fn rate(self) -> u64 {
+        self.rate
     }
 
     /// Takes a new anchor for this thread and returns its exact read.

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use counter::CounterClock;
+use counter::{Bound, CounterClock, RATE_SHIFT};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Clock {
@@ -29,8 +29,11 @@ pub(crate) struct Clock {
     manual: Option<Arc<AtomicU64>>,
     /// Where deadlines start from a bound on "now" rather than a read of it (real clocks with
     /// ticks of at least [`counter::MIN_TICK`] that [`Divisor::div_ceil_biased`] serves, on
-    /// machines that have one).
+    /// machines that have one whose counts [`Divisor::per_count`] can scale).
     counter: Option<CounterClock>,
+    /// A count of the counter clock as a multiple of `m⁺` ([`Divisor::per_count`]); 0 without
+    /// a counter clock.
+    per_count: u64,
     /// `origin` in the counter clock's nanoseconds (0 without one).
     origin_on_counter: u64,
 }
@@ -121,6 +124,36 @@ impl Divisor {
         }
     }
 
+    /// `⌈r̂·m⁺ / 2³²⌉` for a counter rate `r̂` in 32.32 nanoseconds a count, when it fits in
+    /// 64 bits (a counter faster than about 1.1 GHz, for any tick): a count's share of a
+    /// multiple of `m⁺`, so that [`Divisor::div_ceil_biased_plus`] converts a bound in
+    /// nanoseconds and counts to ticks in one multiplication after the counter read.
+    fn per_count(self, rate: u64) -> Option<u64> {
+        let scaled = (u128::from(rate) * u128::from(self.m_up)).div_ceil(1 << RATE_SHIFT);
+        u64::try_from(scaled).ok()
+    }
+
+    /// [`Divisor::div_ceil_biased`] of `biased + counts·r̂` nanoseconds, given `per_count` =
+    /// [`Divisor::per_count`]`(r̂)`, with `counts·per_count` added to `biased·m⁺` instead of
+    /// the counts converted to nanoseconds first: the two products are independent, and the
+    /// one that waits for a counter read is a single multiplication.
+    ///
+    /// Never below [`Divisor::div_ceil_biased`] of the sum (`counts·per_count ≥ counts·r̂·m⁺ /
+    /// 2³²`, the counts' nanoseconds before rounding down), and above it by less than
+    /// `(counts + m⁺) / 2⁶⁴⁺ˢ` ticks: the bound moves by at most a nanosecond. No overflow:
+    /// `biased·m⁺ < 2¹²⁷`, and `counts`, at most a span of 8 µs, times `per_count < 2⁶⁴` is
+    /// below 2⁸⁴.
+    #[inline]
+    fn div_ceil_biased_plus(self, biased: u64, counts: u64, per_count: u64) -> u64 {
+        debug_assert!(
+            self.d >= 2 && biased < 1 << 63,
+            "the short ceiling's operands"
+        );
+        let scaled =
+            u128::from(biased) * u128::from(self.m_up) + u128::from(counts) * u128::from(per_count);
+        ((scaled >> 64) as u64) >> self.s
+    }
+
     /// Whether [`Divisor::div_ceil_biased`] serves this divisor: `2 ≤ d <` [`SHORT`].
     #[inline]
     fn takes_short(self) -> bool {
@@ -164,12 +197,16 @@ impl Clock {
         let tick_nanos = tick.as_nanos().clamp(1, u128::from(u64::MAX)) as u64;
         let origin = Instant::now();
         let tick = Divisor::new(tick_nanos);
-        let counter = counter.filter(|_| tick.takes_short());
+        let per_count = counter
+            .filter(|_| tick.takes_short())
+            .and_then(|counter| tick.per_count(counter.rate()));
+        let counter = counter.filter(|_| per_count.is_some());
         Clock {
             origin,
             tick,
             manual: None,
             counter,
+            per_count: per_count.unwrap_or(0),
             origin_on_counter: counter.map_or(0, |counter| {
                 nanos(origin.saturating_duration_since(counter.epoch()))
             }),
@@ -230,19 +267,29 @@ impl Clock {
 
     /// The first tick at or after `delay` from now (saturating: `Duration::MAX` is legal).
     ///
-    /// With the counter clock, `⌈(bound − origin + delay) / d⌉` is taken as
-    /// `⌊(bound + (delay + d − 1 − origin))·m⁺ / 2⁶⁴⁺ˢ⌋` ([`Divisor::div_ceil_biased`]): the
-    /// bracket is known before the counter is read, so the schedule waits after the read only
-    /// for the bound's own arithmetic, one multiplication and a shift. The bound is never
-    /// behind "now", which is past the origin, so the sum never wraps below zero; with
-    /// operands below [`SHORT`] it stays under 2⁶³, where the division is exact.
+    /// With the counter clock, whose bound is `nanos + counts·r̂`, `⌈(bound − origin + delay) /
+    /// d⌉` is taken as `⌊((nanos + (delay + d − 1 − origin))·m⁺ + counts·per_count) / 2⁶⁴⁺ˢ⌋`
+    /// ([`Divisor::div_ceil_biased_plus`]): everything but `counts` is known before the
+    /// counter is read, so the schedule waits after the read for one subtraction, one
+    /// multiplication, an addition and a shift. Every timer's deadline lies at the end of
+    /// that chain, and it is the part of a schedule the next one waits for (a timed loop
+    /// reads a fenced clock: docs/performance.md). The bound is never behind "now", which is
+    /// past the origin, so the sum never wraps below zero; with operands below [`SHORT`] it
+    /// stays under 2⁶³, where the division is exact (and the fused counts add at most a
+    /// nanosecond).
     #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
         let delay = nanos(delay);
         match self.counter {
-            Some(counter) if delay < SHORT => self
-                .tick
-                .div_ceil_biased(counter.nanos_above_plus(self.bracket(delay))),
+            Some(counter) if delay < SHORT => {
+                let Bound { nanos, counts } = counter.bound();
+                // The anchor's `nanos` is at most a span (8 µs) before now, and the origin
+                // is before now, so `nanos − origin + d − 1` is positive for `d` of at least
+                // `counter::MIN_TICK`.
+                let biased = nanos.wrapping_add(self.bracket(delay));
+                self.tick
+                    .div_ceil_biased_plus(biased, counts, self.per_count)
+            }
             _ => self.ticks_ceil(self.elapsed_above().saturating_add(delay)),
         }
     }
@@ -464,6 +511,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The fused ceiling ([`Divisor::div_ceil_biased_plus`]) is never below the ceiling of
+    /// the bound converted to nanoseconds first, and moves the bound by at most a nanosecond
+    /// (two, counting the rounding of the counts' nanoseconds): at every tick the counter
+    /// clock serves, and counter rates from the fastest plausible to the slowest it scales.
+    #[test]
+    fn counts_added_after_the_multiplication_move_the_bound_by_a_nanosecond_at_most() {
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
+        let mut later = 0u32;
+        for tick in [
+            counter::MIN_TICK.as_nanos() as u64,
+            1_000_000,
+            1_000_003,
+            1 << 20,
+            (1 << 20) + 1,
+            3_600_000_000_000,
+        ] {
+            let divisor = Divisor::new(tick);
+            // 32.32 nanoseconds a count: a 100 GHz counter up to the slowest that scales.
+            for rate in [43, 1_000, 1 << 20, 1 << 30, 1 << 31, 3 << 30, 7 << 29] {
+                let rate = (1u64 << RATE_SHIFT) / 100 + rate * 3;
+                let Some(per_count) = divisor.per_count(rate) else {
+                    assert!(
+                        rate > 1 << RATE_SHIFT,
+                        "a counter of 1 GHz or faster scales"
+                    );
+                    continue;
+                };
+                let span = (8_000u64 << RATE_SHIFT) / rate;
+                for _ in 0..5_000 {
+                    let biased = next() >> 3;
+                    let counts = next() % (span + 1);
+                    let nanos = (counts * rate) >> RATE_SHIFT;
+                    let fused = divisor.div_ceil_biased_plus(biased, counts, per_count);
+                    let converted = divisor.div_ceil_biased(biased + nanos);
+                    assert!(fused >= converted, "{biased} + {counts} counts, d {tick}");
+                    assert!(
+                        fused <= divisor.div_ceil_biased(biased + nanos + 2),
+                        "{biased} + {counts} counts, d {tick}"
+                    );
+                    later += u32::from(fused > converted);
+                }
+            }
+        }
+        assert!(later < 20, "{later} of 210 000 a tick later");
     }
 
     /// `deadline_at` is the exact ceiling on its short path (within [`SHORT`] of the origin)
