@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::contain::drop_contained;
 use crate::error::{ConfigError, ScheduleError};
-use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::runtime::hand_back::hand_back_pending;
 use crate::runtime::manual_clock::ManualClock;
@@ -181,7 +180,7 @@ impl TimerService {
     fn start(config: Config, clock: Clock) -> Result<TimerService, ConfigError> {
         config.validate()?;
         crate::memory::check(&config)?;
-        let (core, locals) = Core::new(config, clock)?;
+        let core = Core::new(config, clock)?;
         let wheels = (0..core.shards.len())
             .map(|_| ShardTick::wheel(&core))
             .collect::<Result<Vec<_>, _>>()?;
@@ -190,7 +189,7 @@ impl TimerService {
             ticks: Vec::new(),
             workers: Vec::new(),
         };
-        let started = spawn_threads(&core, locals, wheels, &mut threads);
+        let started = spawn_threads(&core, wheels, &mut threads);
         let handle = Handle {
             core,
             threads: Mutex::new(Some(threads)),
@@ -730,7 +729,6 @@ fn shards_of_tick_threads(core: &Core, wheels: Vec<ShardWheel>) -> Vec<Vec<(usiz
 
 fn spawn_threads(
     core: &Arc<Core>,
-    locals: Vec<crossbeam_deque::Worker<Run>>,
     wheels: Vec<ShardWheel>,
     threads: &mut Threads,
 ) -> std::io::Result<()> {
@@ -780,13 +778,13 @@ fn spawn_threads(
         }
         threads.ticks.push(handle);
     }
-    for (index, local) in locals.into_iter().enumerate() {
+    for index in 0..core.config.executor_threads {
         let thread_core = Arc::clone(core);
         let handle = spawn_named(
             format!("wheel-exec-{index}"),
             "executor_threads",
             core.config.executor_threads,
-            move || worker::work(&thread_core, index, local),
+            move || worker::work(&thread_core, index),
         )?;
         threads.workers.push(handle);
     }
@@ -886,7 +884,7 @@ mod tests {
                 ..Config::default()
             };
             let clock = Clock::new(config.tick);
-            let core = Core::new(config, clock).unwrap().0;
+            let core = Core::new(config, clock).unwrap();
             let wheels = (0..5).map(|_| ShardTick::wheel(&core).unwrap()).collect();
             let groups: Vec<Vec<usize>> = shards_of_tick_threads(&core, wheels)
                 .into_iter()

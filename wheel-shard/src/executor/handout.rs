@@ -21,7 +21,7 @@
 //! Its cells and their counting are the pending ring's (`shard/cells.rs`): a cell is "free" or
 //! "full" for a position, and freeing moves it to the next lap. A new ring is all zeros.
 
-use crossbeam_deque::{Injector, Steal, Worker};
+use crossbeam_deque::{Injector, Steal};
 use crossbeam_utils::CachePadded;
 
 use crate::shard::{Cells, RingRefused};
@@ -172,29 +172,35 @@ impl<T: Send> HandOut<T> {
         self.overflow.push(value);
     }
 
-    /// A worker: takes up to `batch` (at most [`STEAL_BATCH`]), returns the first and puts the
-    /// rest in `dest`. A worker whose callbacks run long asks for few, so few wait behind it.
-    /// `seen` sees each value of a batch from the ring as it is taken (the worker prefetches
-    /// what the value refers to).
-    pub(crate) fn steal_batch_and_pop(
-        &self,
-        dest: &Worker<T>,
-        batch: usize,
-        mut seen: impl FnMut(&T),
-    ) -> Steal<T> {
-        let mut first = None;
+    /// A worker: takes up to `batch` (at most [`STEAL_BATCH`]) and passes each to `take`,
+    /// oldest first; returns how many. A worker whose callbacks run long asks for few, so few
+    /// wait behind it. From the ring, one CAS claims the whole batch; from the overflow (a full
+    /// ring's spill, rare), each value is its own steal.
+    pub(crate) fn take_batch(&self, batch: usize, mut take: impl FnMut(T)) -> Steal<usize> {
         let limit = (batch as u64).clamp(1, STEAL_BATCH);
-        let ring = self.ring.steal(limit, |value| {
-            seen(&value);
-            match first {
-                None => first = Some(value),
-                Some(_) => dest.push(value),
+        match self.ring.steal(limit, &mut take) {
+            Steal::Empty => self.take_overflow(limit as usize, take),
+            taken => taken,
+        }
+    }
+
+    /// [`HandOut::take_batch`] from the overflow queue.
+    fn take_overflow(&self, limit: usize, mut take: impl FnMut(T)) -> Steal<usize> {
+        let mut taken = 0;
+        while taken < limit {
+            match self.overflow.steal() {
+                Steal::Success(value) => {
+                    take(value);
+                    taken += 1;
+                }
+                Steal::Retry if taken == 0 => return Steal::Retry,
+                Steal::Retry | Steal::Empty => break,
             }
-        });
-        match ring {
-            Steal::Success(_) => Steal::Success(first.expect("a batch has a first value")),
-            Steal::Retry => Steal::Retry,
-            Steal::Empty => self.overflow.steal_batch_and_pop(dest),
+        }
+        if taken == 0 {
+            Steal::Empty
+        } else {
+            Steal::Success(taken)
         }
     }
 
@@ -251,24 +257,14 @@ mod tests {
     #[test]
     fn a_full_ring_overflows_and_nothing_is_lost_or_reordered_for_long() {
         let queue = HandOut::<u64>::try_new().unwrap();
-        let local = Worker::new_fifo();
         let total = HAND_OUT_CELLS as u64 + 100;
         (0..total).for_each(|v| queue.push(v));
         assert_eq!(queue.len(), total as usize);
         // The ring is drained first: its values are the older ones.
         let mut got = Vec::new();
-        loop {
-            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
-                Steal::Success(v) => {
-                    got.push(v);
-                    while let Some(v) = local.pop() {
-                        got.push(v);
-                    }
-                }
-                Steal::Retry => {}
-                Steal::Empty => break,
-            }
-        }
+        while let Steal::Success(_) | Steal::Retry =
+            queue.take_batch(STEAL_BATCH as usize, |v| got.push(v))
+        {}
         assert_eq!(got, (0..total).collect::<Vec<_>>());
         assert!(queue.is_empty());
         // With the overflow empty again, new values go to the ring.
@@ -285,18 +281,11 @@ mod tests {
             .map(|_| {
                 let queue = Arc::clone(&queue);
                 std::thread::spawn(move || {
-                    let local = Worker::new_fifo();
                     let mut got = Vec::new();
                     let mut idle = 0;
                     while idle < 1000 {
-                        match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
-                            Steal::Success(v) => {
-                                idle = 0;
-                                got.push(v);
-                                while let Some(v) = local.pop() {
-                                    got.push(v);
-                                }
-                            }
+                        match queue.take_batch(STEAL_BATCH as usize, |v| got.push(v)) {
+                            Steal::Success(_) => idle = 0,
                             Steal::Retry => {}
                             Steal::Empty => {
                                 idle += 1;
@@ -325,19 +314,10 @@ mod tests {
             }
         }
         // Whatever the stealers left (they stop after a quiet spell) is still queued.
-        let local = Worker::new_fifo();
-        loop {
-            match queue.steal_batch_and_pop(&local, STEAL_BATCH as usize, |_| {}) {
-                Steal::Success(v) => {
-                    for v in std::iter::once(v).chain(std::iter::from_fn(|| local.pop())) {
-                        assert!(!std::mem::replace(&mut seen[v as usize], true), "{v} twice");
-                        count += 1;
-                    }
-                }
-                Steal::Retry => {}
-                Steal::Empty => break,
-            }
-        }
+        while let Steal::Success(_) | Steal::Retry = queue.take_batch(STEAL_BATCH as usize, |v| {
+            assert!(!std::mem::replace(&mut seen[v as usize], true), "{v} twice");
+            count += 1;
+        }) {}
         assert_eq!(count, TOTAL);
     }
 

@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::executor::{Executor, Run};
+use crate::executor::Executor;
 use crate::memory;
 use crate::shard::{Lane, PendingRing, Shard, URGENT_CAPACITY};
 use crate::sync;
@@ -127,10 +127,7 @@ impl Core {
     /// but the wheels (see `ShardTick::wheel`). The rings and the timer cells for
     /// `Config::capacity` are allocated fallibly: a refusal is `ConfigError::OutOfMemory`,
     /// never an abort.
-    pub(crate) fn new(
-        config: Config,
-        clock: Clock,
-    ) -> Result<(Core, Vec<crossbeam_deque::Worker<Run>>), ConfigError> {
+    pub(crate) fn new(config: Config, clock: Clock) -> Result<Core, ConfigError> {
         let limit = PendingLimit::new(config.max_pending);
         let shards = (0..config.shards)
             .map(|i| {
@@ -153,7 +150,7 @@ impl Core {
                 ))
             })
             .collect::<Result<_, ConfigError>>()?;
-        let (executor, locals) =
+        let executor =
             Executor::try_new(config.shards, config.executor_threads, config.slow_callback)
                 .map_err(|_| memory::refused(&config, "shards"))?;
         let core = Core {
@@ -179,7 +176,7 @@ impl Core {
                 .try_reserve(core.capacity_per_shard())
                 .map_err(|_| memory::refused(&core.config, "capacity"))?;
         }
-        Ok((core, locals))
+        Ok(core)
     }
 
     /// An idle worker's chore: writes ahead the records of one shard whose table runs low

@@ -6,7 +6,7 @@
 //!
 //! - the free worker, or the one woken, gets stuck in a long run (a slow callback, or its
 //!   thread preempted) while references wait in the queues others can take from — among them
-//!   the rest of the batch it took, in its deque;
+//!   the rest of the batch it took, in its own queue;
 //! - the workers awake fall behind: references handed out a tick ago are still queued.
 //!
 //! So whenever it relied on a free worker, or left two or more references waiting, the tick
@@ -18,7 +18,7 @@
 //!
 //! For example, two callbacks that meet at a barrier are due at tick 5, and both workers
 //! sleep. At tick 5 the tick thread hands out both and wakes worker A, which takes the first
-//! into its hands and the second into its deque, and blocks at the barrier. At tick 6 one
+//! into its hands and the second into its own queue, and blocks at the barrier. At tick 6 one
 //! reference still waits and A's run has gone on for a millisecond: worker B is woken, steals
 //! the second, and both callbacks pass the barrier.
 

@@ -426,7 +426,7 @@ mod tests {
             ..Config::default()
         };
         let clock = crate::clock::Clock::new(config.tick);
-        Core::new(config, clock).unwrap().0
+        Core::new(config, clock).unwrap()
     }
 
     /// Arms a record of `shard` for `deadline` and pushes its reference as `try_schedule`

@@ -19,8 +19,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crossbeam_deque::Worker;
-
 use crate::contain::{drop_contained, drop_payload, panic_message};
 use crate::executor::{Run, WorkerStats};
 use crate::runtime::core::Core;
@@ -83,7 +81,7 @@ const SLOW_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The body of worker thread `index`: run what the tick threads hand out until stopped and
 /// drained.
-pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
+pub(crate) fn work(core: &Core, index: usize) {
     core.enter_thread();
     let executor = &core.executor;
     let mut own = WorkerOwn {
@@ -100,17 +98,21 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
         manual: core.clock.is_manual(),
     };
     loop {
-        fill_ahead(core, &local, &mut own);
-        let next = own.ahead.pop_front().or_else(|| {
+        fill_ahead(core, &mut own);
+        if own.ahead.is_empty() {
             // Every record of a batch is prefetched as the batch is taken, the first's too,
             // so the first run's miss overlaps the others' and the rest have its run to land.
-            let found = executor.find_task(index, &local, depth(&own), |run| prefetch(core, run));
-            if found.is_some() {
-                WorkerStats::count(&executor.workers[index].taken);
-            }
-            found
-        });
-        if let Some(run) = next {
+            let depth = depth(&own);
+            let ahead = &mut own.ahead;
+            let found = executor.find_task(
+                index,
+                depth,
+                |run| prefetch(core, run),
+                |run| ahead.push_back(run),
+            );
+            WorkerStats::add(&executor.workers[index].taken, found as u64);
+        }
+        if let Some(run) = own.ahead.pop_front() {
             take(core, run, &mut own);
             if own.manual {
                 // SeqCst, as `advance` reads it (manual clock only).
@@ -143,17 +145,19 @@ pub(crate) fn work(core: &Core, index: usize, local: Worker<Run>) {
     }
 }
 
-/// Tops up the references in hand from the worker's own deque, prefetching their records.
-fn fill_ahead(core: &Core, local: &Worker<Run>, own: &mut WorkerOwn) {
+/// Tops up the references in hand from the worker's own queue, whose records were prefetched
+/// as the worker took them from a hand-out queue.
+fn fill_ahead(core: &Core, own: &mut WorkerOwn) {
     let depth = depth(own);
     own.shallow_for = own.shallow_for.saturating_sub(1);
-    let before = own.ahead.len();
-    while own.ahead.len() < depth {
-        let Some(run) = local.pop() else { break };
-        prefetch(core, &run);
-        own.ahead.push_back(run);
+    let wanted = depth.saturating_sub(own.ahead.len());
+    if wanted == 0 {
+        return;
     }
-    let taken = own.ahead.len() - before;
+    let ahead = &mut own.ahead;
+    let taken = core
+        .executor
+        .take_own(own.index, wanted, |run| ahead.push_back(run));
     if taken > 0 {
         WorkerStats::add(&core.executor.workers[own.index].taken, taken as u64);
     }
@@ -331,7 +335,7 @@ fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
 /// When a worker whose runs start late wakes another to help.
 ///
 /// Only when there is work the helper could take — references in the hand-out queues or in
-/// a worker's deque, not only those in the caller's hands, which no other worker can take —
+/// a worker's own queue, not only those in the caller's hands, which no other worker can take —
 /// and at most once every [`BEHIND`]. Without the two conditions a worker whose hand holds
 /// runs that all waited long (handed out while it was preempted) called on every run: the
 /// worker it woke found nothing, slept, and was woken again by the next run, tens of futile
