@@ -84,8 +84,11 @@ impl SegmentBits {
 
 pub(crate) struct FreeMap {
     segments: Box<[OnceLock<Box<SegmentBits>>]>,
-    /// Words of 64 slots per segment.
+    /// Words of 64 slots per segment, a power of two.
     segment_words: usize,
+    /// log2 of the slots per segment: a slot's segment is a shift away, not a division (a
+    /// put locates each slot twice).
+    segment_shift: u32,
     /// Where the next sweep starts: an index into the summary words of all segments.
     cursor: CachePadded<AtomicUsize>,
     /// About how many bits are set (see the module doc); may dip below zero for a moment.
@@ -96,11 +99,16 @@ pub(crate) struct FreeMap {
 
 impl FreeMap {
     /// A map of `segments` segments of `segment_words` × 64 slots each; a segment's bits are
-    /// allocated when a slot of it is first put.
+    /// allocated when a slot of it is first put. `segment_words` is a power of two.
     pub(crate) fn new(segments: usize, segment_words: usize) -> Self {
+        assert!(
+            segment_words.is_power_of_two(),
+            "a segment's words are a power of two"
+        );
         FreeMap {
             segments: (0..segments).map(|_| OnceLock::new()).collect(),
             segment_words,
+            segment_shift: (segment_words * 64).trailing_zeros(),
             cursor: CachePadded::new(AtomicUsize::new(0)),
             free: CachePadded::new(AtomicU64::new(0)),
             segments_used: AtomicUsize::new(0),
@@ -169,8 +177,9 @@ impl FreeMap {
 
     /// The segment of `slot`, and the word within it that holds its bit.
     fn locate(&self, slot: u32) -> (usize, usize) {
-        let (slot, per_segment) = (slot as usize, self.slots_per_segment());
-        (slot / per_segment, slot % per_segment / 64)
+        let slot = slot as usize;
+        let within = slot & (self.slots_per_segment() - 1);
+        (slot >> self.segment_shift, within / 64)
     }
 
     /// Starts loading the word of `slot` into this core's cache, if its segment has bits.
