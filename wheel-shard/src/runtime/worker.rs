@@ -383,12 +383,20 @@ fn measure_last_run(
     (took > core.executor.slow_callback).then_some((last.id, took))
 }
 
-/// Counts and logs a slow run that [`measure_last_run`] found.
+/// Counts and logs a slow run that [`measure_last_run`] found. Inlined, so the common case (no
+/// slow run) costs a run a test, not a call.
+#[inline]
 fn report_slow(core: &Core, own: &mut WorkerOwn, slow: Option<(TimerId, u64)>) {
     if let Some((id, took)) = slow {
-        WorkerStats::count(&core.executor.workers[own.index].slow);
-        own.slow_log.report(id, took);
+        count_and_log_slow(core, own, id, took);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn count_and_log_slow(core: &Core, own: &mut WorkerOwn, id: TimerId, took: u64) {
+    WorkerStats::count(&core.executor.workers[own.index].slow);
+    own.slow_log.report(id, took);
 }
 
 /// Measures the last run before the worker sleeps, so an idle worker's stats are complete.
