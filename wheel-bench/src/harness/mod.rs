@@ -17,6 +17,7 @@ pub(crate) mod plan;
 pub(crate) mod probe;
 pub(crate) mod producer;
 pub(crate) mod result;
+pub(crate) mod sample_lock;
 pub(crate) mod scenario;
 pub(crate) mod system;
 pub(crate) mod task;

@@ -25,6 +25,7 @@ use hdrhistogram::Histogram;
 use crate::harness::bitset::Bitset;
 use crate::harness::fired::{FiredChunks, FiredList, FiredPool};
 use crate::harness::histogram::new_histogram;
+use crate::harness::sample_lock::SampleLock;
 
 /// Bumped when a run starts or ends; a thread whose cached run has another generation
 /// re-attaches.
@@ -55,7 +56,7 @@ pub struct Run {
 
 struct ThreadSlot {
     fired: AtomicU64,
-    data: Mutex<ThreadData>,
+    data: SampleLock<ThreadData>,
 }
 
 struct ThreadData {
@@ -155,7 +156,7 @@ impl RunGuard {
         // first: a callback of this round that records late then uses memory of its own.
         run.fired.close();
         for slot in lock(&run.threads).iter() {
-            lock(&slot.data).fired.clear();
+            slot.data.with(|data| data.fired.clear());
         }
         let pool = Arc::clone(run.fired.pool());
         self.run = begin(run.epoch, run.timers, run.deadlines.clone(), pool);
@@ -190,8 +191,8 @@ impl RunGuard {
             strays: 0,
         };
         for slot in lock(&self.run.threads).iter() {
-            let data = lock(&slot.data);
-            merge_into(&mut samples, &data, self.run.timers);
+            slot.data
+                .with(|data| merge_into(&mut samples, data, self.run.timers));
         }
         samples.strays = STRAYS.load(Ordering::Relaxed) - self.strays_at_start;
         samples
@@ -284,7 +285,7 @@ fn attach(generation: u64) -> Option<Attached> {
     }
     let slot = Arc::new(ThreadSlot {
         fired: AtomicU64::new(0),
-        data: Mutex::new(ThreadData {
+        data: SampleLock::new(ThreadData {
             lateness: new_histogram(),
             blocked: new_histogram(),
             fired: FiredList::new(Arc::clone(&run.fired), run.timers),
@@ -308,18 +309,18 @@ impl Attached {
             None => deadline_ns,
         };
         let start_ns = nanos_since(self.run.epoch, start);
-        let mut data = lock(&self.slot.data);
-        if start_ns < deadline_ns {
-            data.early += 1;
-        }
-        let lateness = start_ns.saturating_sub(deadline_ns);
-        if blocks {
-            data.blocked.saturating_record(lateness);
-        } else {
-            data.lateness.saturating_record(lateness);
-        }
-        data.fired.push(index);
-        drop(data);
+        self.slot.data.with(|data| {
+            if start_ns < deadline_ns {
+                data.early += 1;
+            }
+            let lateness = start_ns.saturating_sub(deadline_ns);
+            if blocks {
+                data.blocked.saturating_record(lateness);
+            } else {
+                data.lateness.saturating_record(lateness);
+            }
+            data.fired.push(index);
+        });
         // Only this thread writes its counter; readers sum it for progress.
         let fired = self.slot.fired.load(Ordering::Relaxed);
         self.slot.fired.store(fired + 1, Ordering::Relaxed);
