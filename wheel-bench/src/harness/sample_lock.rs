@@ -3,9 +3,9 @@
 //! Its thread takes it for every sample it records; the run's owner takes it once a round, to
 //! merge or clear the samples. So it is almost never contended, and what it costs a callback is
 //! its locked instructions: `std::sync::Mutex` pays two on x86 (the lock's CAS and the unlock's
-//! swap, which tells whether a sleeper needs waking), about 20 ns a callback on the benchmark
-//! VMs, charged to whichever system's thread runs the callback. Nobody sleeps on this lock, so
-//! its unlock is a plain release store: one locked instruction a sample.
+//! swap, which tells whether a sleeper needs waking), charged to whichever system's thread runs
+//! the callback (docs/performance.md has what that costs). Nobody sleeps on this lock, so its
+//! unlock is a plain release store: one locked instruction a sample.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
