@@ -286,12 +286,11 @@ fn invariant_counter() -> bool {
     false
 }
 
-#[cfg(target_arch = "x86_64")]
+/// The counter's whole count. (The benchmark for reading it: docs/performance.md, "the counter
+/// clock".)
 #[inline(always)]
 fn read_counter() -> u64 {
-    // SAFETY: RDTSC is part of the x86_64 baseline, reads a register and touches no memory.
-    // (The benchmark for it: docs/performance.md, "the counter clock".)
-    unsafe { std::arch::x86_64::_rdtsc() }
+    read_counter_halves().1
 }
 
 /// The counter's low half, and the whole count: the low half is ready an instruction or two
@@ -316,12 +315,6 @@ fn read_counter_halves() -> (u32, u64) {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 fn read_counter_halves() -> (u32, u64) {
-    unreachable!("there is no counter clock without a time-stamp counter")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn read_counter() -> u64 {
     unreachable!("there is no counter clock without a time-stamp counter")
 }
 
