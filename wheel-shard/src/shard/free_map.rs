@@ -84,10 +84,8 @@ impl SegmentBits {
 
 pub(crate) struct FreeMap {
     segments: Box<[OnceLock<Box<SegmentBits>>]>,
-    /// Words of 64 slots per segment, a power of two.
-    segment_words: usize,
-    /// log2 of the slots per segment: a slot's segment is a shift away, not a division (a
-    /// put locates each slot twice).
+    /// log2 of the slots per segment (a power of two, so a slot's segment is a shift away,
+    /// not a division: a put locates each slot twice).
     segment_shift: u32,
     /// Where the next sweep starts: an index into the summary words of all segments.
     cursor: CachePadded<AtomicUsize>,
@@ -107,7 +105,6 @@ impl FreeMap {
         );
         FreeMap {
             segments: (0..segments).map(|_| OnceLock::new()).collect(),
-            segment_words,
             segment_shift: (segment_words * 64).trailing_zeros(),
             cursor: CachePadded::new(AtomicUsize::new(0)),
             free: CachePadded::new(AtomicU64::new(0)),
@@ -121,14 +118,19 @@ impl FreeMap {
     }
 
     fn slots_per_segment(&self) -> usize {
-        self.segment_words * 64
+        1 << self.segment_shift
+    }
+
+    /// Words of 64 slots per segment.
+    fn segment_words(&self) -> usize {
+        self.slots_per_segment() / 64
     }
 
     /// The bits of `segment`, made on first use.
     fn bits(&self, segment: usize) -> &SegmentBits {
         self.segments[segment].get_or_init(|| {
             self.segments_used.fetch_max(segment + 1, Ordering::AcqRel);
-            Box::new(SegmentBits::new(self.segment_words))
+            Box::new(SegmentBits::new(self.segment_words()))
         })
     }
 
@@ -200,7 +202,7 @@ impl FreeMap {
     /// stopped: (its first slot, its free bits).
     pub(crate) fn take_word(&self) -> Option<(u32, u64)> {
         let segments = self.segments_used.load(Ordering::Acquire);
-        let per_segment_summary = self.segment_words.div_ceil(64);
+        let per_segment_summary = self.segment_words().div_ceil(64);
         let laps = segments * per_segment_summary;
         if laps == 0 {
             return None;
