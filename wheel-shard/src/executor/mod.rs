@@ -269,13 +269,13 @@ impl Executor {
         }
     }
 
-    /// Finds runs for worker `index` and passes what it is to keep in hand to `keep`,
-    /// returning how many: one from its own queue, else the first of a batch of up to `batch`
-    /// from the hand-out queues, else the first of a batch stolen from another worker's
-    /// queue; 0 when there is nothing to run. The rest of a batch goes to the worker's own
-    /// queue, stealable, each run of it passed to `seen` as it is taken (the worker prefetches
-    /// what it refers to); a run that finds the queue full (a stealer still freeing its cell)
-    /// goes to `keep` too.
+    /// Finds runs for worker `index`, whose own queue is empty ([`Executor::take_own`] comes
+    /// first), and passes what it is to keep in hand to `keep`, returning how many: the first
+    /// of a batch of up to `batch` from the hand-out queues, else the first of a batch stolen
+    /// from another worker's queue; 0 when there is nothing to run. The rest of a batch goes
+    /// to the worker's own queue, stealable, each run of it passed to `seen` as it is taken
+    /// (the worker prefetches what it refers to); a run that finds the queue full (a stealer
+    /// still freeing its cell) goes to `keep` too.
     pub(crate) fn find_task(
         &self,
         index: usize,
@@ -283,10 +283,6 @@ impl Executor {
         mut seen: impl FnMut(&Run),
         mut keep: impl FnMut(Run),
     ) -> usize {
-        let own = self.take_own(index, 1, &mut keep);
-        if own > 0 {
-            return own;
-        }
         let queue = &self.own_queues[index];
         let mut kept = 0;
         let mut take = |run: Run| {
