@@ -143,6 +143,7 @@ pub use adapters::futures::{Elapsed, Sleep, Timeout, TimerError};
 pub use adapters::interval::Interval;
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
+pub use executor::Durations;
 pub use runtime::manual_clock::ManualClock;
 pub use service::{TimerService, WeakTimerService};
 pub use stats::{Lateness, Stats};

@@ -1,9 +1,14 @@
 //! The lateness probe: where every [`Task`](crate::harness::task::Task) records its sample.
 //!
 //! Callbacks run on threads the bench does not own (executor workers, runtime threads), so each
-//! thread records into its own histogram and list of fired timers, found through a thread-local
+//! thread records into its own histograms and list of fired timers, found through a thread-local
 //! and merged when the run ends. The hot path touches only thread-owned data plus one read of a
 //! global generation number that changes once per run: no shared counter to fight over.
+//!
+//! What a callback records is charged to whichever system runs it, so the recording is lean: the
+//! histograms are [`Durations`] (a plain load and store of one counter, readable by the merge
+//! without a lock), and only the fired list sits behind a lock, whose one locked instruction
+//! guards a list that the run's owner clears between rounds.
 //!
 //! A callback appends its timer's index to its thread's [`FiredList`], a sequential write
 //! into memory made resident when the run started; which timers fired, and which more than
@@ -21,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use wheel_shard::Durations;
 
 use crate::harness::bitset::Bitset;
 use crate::harness::fired::{FiredChunks, FiredList, FiredPool};
@@ -54,17 +60,15 @@ pub struct Run {
     threads: Mutex<Vec<Arc<ThreadSlot>>>,
 }
 
+/// One thread's samples of one round. Only that thread records into them (the counters are
+/// single-writer: a plain load and store each).
 struct ThreadSlot {
     fired: AtomicU64,
-    data: SampleLock<ThreadData>,
-}
-
-struct ThreadData {
-    lateness: Histogram<u64>,
-    blocked: Histogram<u64>,
+    lateness: Durations,
+    blocked: Durations,
+    early: AtomicU64,
     /// The index of every timer whose callback ran on this thread, in the order they ran.
-    fired: FiredList,
-    early: u64,
+    list: SampleLock<FiredList>,
 }
 
 struct Attached {
@@ -156,7 +160,7 @@ impl RunGuard {
         // first: a callback of this round that records late then uses memory of its own.
         run.fired.close();
         for slot in lock(&run.threads).iter() {
-            slot.data.with(|data| data.fired.clear());
+            slot.list.with(FiredList::clear);
         }
         let pool = Arc::clone(run.fired.pool());
         self.run = begin(run.epoch, run.timers, run.deadlines.clone(), pool);
@@ -191,8 +195,7 @@ impl RunGuard {
             strays: 0,
         };
         for slot in lock(&self.run.threads).iter() {
-            slot.data
-                .with(|data| merge_into(&mut samples, data, self.run.timers));
+            merge_into(&mut samples, slot, self.run.timers);
         }
         samples.strays = STRAYS.load(Ordering::Relaxed) - self.strays_at_start;
         samples
@@ -235,19 +238,21 @@ fn end_current() {
 }
 
 /// Adds one thread's samples of a run of `timers` timers.
-fn merge_into(samples: &mut Samples, data: &ThreadData, timers: usize) {
-    // Histograms share bounds, so adding cannot fail.
-    let _ = samples.lateness.add(&data.lateness);
-    let _ = samples.blocked.add(&data.blocked);
-    // A thread cannot fire more distinct timers than the run has: what did not fit repeated.
-    samples.duplicates += data.fired.dropped() as u64;
-    for index in data.fired.iter() {
-        // An index outside the run is not a timer of it (a stray from another run's task).
-        if (index as usize) < timers && samples.seen.insert(index as usize) {
-            samples.duplicates += 1;
+fn merge_into(samples: &mut Samples, slot: &ThreadSlot, timers: usize) {
+    slot.lateness.add_to(&mut samples.lateness);
+    slot.blocked.add_to(&mut samples.blocked);
+    slot.list.with(|fired| {
+        // A thread cannot fire more distinct timers than the run has: what did not fit
+        // repeated.
+        samples.duplicates += fired.dropped() as u64;
+        for index in fired.iter() {
+            // An index outside the run is not a timer of it (a stray from another run's task).
+            if (index as usize) < timers && samples.seen.insert(index as usize) {
+                samples.duplicates += 1;
+            }
         }
-    }
-    samples.early += data.early;
+    });
+    samples.early += slot.early.load(Ordering::Acquire);
 }
 
 /// `duration` in nanoseconds, saturating (`u64` holds 584 years).
@@ -285,12 +290,10 @@ fn attach(generation: u64) -> Option<Attached> {
     }
     let slot = Arc::new(ThreadSlot {
         fired: AtomicU64::new(0),
-        data: SampleLock::new(ThreadData {
-            lateness: new_histogram(),
-            blocked: new_histogram(),
-            fired: FiredList::new(Arc::clone(&run.fired), run.timers),
-            early: 0,
-        }),
+        lateness: Durations::new(),
+        blocked: Durations::new(),
+        early: AtomicU64::new(0),
+        list: SampleLock::new(FiredList::new(Arc::clone(&run.fired), run.timers)),
     });
     lock(&run.threads).push(Arc::clone(&slot));
     Some(Attached {
@@ -309,21 +312,22 @@ impl Attached {
             None => deadline_ns,
         };
         let start_ns = nanos_since(self.run.epoch, start);
-        self.slot.data.with(|data| {
-            if start_ns < deadline_ns {
-                data.early += 1;
-            }
-            let lateness = start_ns.saturating_sub(deadline_ns);
-            if blocks {
-                data.blocked.saturating_record(lateness);
-            } else {
-                data.lateness.saturating_record(lateness);
-            }
-            data.fired.push(index);
-        });
-        // Only this thread writes its counter; readers sum it for progress.
-        let fired = self.slot.fired.load(Ordering::Relaxed);
-        self.slot.fired.store(fired + 1, Ordering::Relaxed);
+        let slot = &*self.slot;
+        // Only this thread writes its counters (see `ThreadSlot`).
+        if start_ns < deadline_ns {
+            let early = slot.early.load(Ordering::Relaxed);
+            slot.early.store(early + 1, Ordering::Release);
+        }
+        let lateness = start_ns.saturating_sub(deadline_ns);
+        if blocks {
+            slot.blocked.record(lateness);
+        } else {
+            slot.lateness.record(lateness);
+        }
+        slot.list.with(|fired| fired.push(index));
+        // Readers sum it for progress.
+        let fired = slot.fired.load(Ordering::Relaxed);
+        slot.fired.store(fired + 1, Ordering::Relaxed);
     }
 }
 

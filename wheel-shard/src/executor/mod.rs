@@ -24,7 +24,7 @@ use hdrhistogram::Histogram;
 
 use crate::shard::{RingRefused, TimerRef};
 use crate::stats::new_histogram;
-pub(crate) use durations::Durations;
+pub use durations::Durations;
 use handout::{HandOut, HandOutRing, STEAL_BATCH};
 use idle::Idle;
 pub(crate) use idle::Roused;
