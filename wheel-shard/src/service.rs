@@ -931,6 +931,35 @@ mod tests {
         }
     }
 
+    /// Workers give the slots of ended timers back in batches, and what a batch holds when
+    /// they run out of work goes back then: none is stranded in a sleeping worker.
+    #[test]
+    fn slots_of_fired_timers_all_come_back_when_workers_go_idle() {
+        let config = Config {
+            shards: 1,
+            executor_threads: 2,
+            ..Config::default()
+        };
+        let service = TimerService::new(config).unwrap();
+        // Not a multiple of a batch, so each worker ends with a part-full one.
+        let timers = 3 * 256 + 7;
+        let (fired, done) = std::sync::mpsc::channel();
+        for _ in 0..timers {
+            let fired = fired.clone();
+            service
+                .schedule(Duration::ZERO, move || fired.send(()).unwrap())
+                .unwrap();
+        }
+        (0..timers).for_each(|_| done.recv().unwrap());
+        // Every slot came fresh to this thread, so the map holds exactly those given back.
+        let table = &service.core().shards[0].table;
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while table.stored() < timers && Instant::now() < give_up {
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(table.stored(), timers);
+    }
+
     /// Timers far off fire nothing, so no worker wakes on its own to write a growing table
     /// ahead: the tick thread wakes one for it.
     #[test]

@@ -481,6 +481,13 @@ impl TimerTable {
         Ok(slot)
     }
 
+    /// Gives back the slots of timers that ended (their records retired) straight to the
+    /// shared map, for a thread that batches its own releases and schedules little or
+    /// nothing itself (a worker): no thread cache, no deadline group, no record read.
+    pub(crate) fn release_batch(&self, slots: &[u32]) {
+        self.map.put(slots);
+    }
+
     /// Gives back the slot of a timer that ended (its record retired) or of a claim that
     /// was never armed, to this thread's cache.
     ///
@@ -666,7 +673,7 @@ impl TimerTable {
 
     /// Free slots in the map (not in threads' caches).
     #[cfg(all(test, not(loom)))]
-    fn stored(&self) -> usize {
+    pub(crate) fn stored(&self) -> usize {
         self.map.free()
     }
 
