@@ -2,6 +2,11 @@
 //! bytes are valid (a ring cell free for lap 0, a fresh timer record). A large zeroed
 //! allocation is fresh memory from the OS, so its pages cost memory only once they are written.
 //!
+//! The memory comes from the system allocator (`std::alloc::System`) whatever the program's
+//! global allocator is: a global allocator need not give untouched pages for a zeroed request
+//! (mimalloc, for one, writes zeros over memory it reuses, so a service's rings became resident
+//! at its start; docs/performance.md, thirty-second session).
+//!
 //! The memory is asked for with at most 16-byte alignment, which the system allocator serves
 //! with `calloc`: a large `calloc` maps fresh pages and writes none of them. Asked for with a
 //! larger alignment (a record is aligned to its 64-byte cache line), the system allocator
@@ -10,7 +15,7 @@
 //! The array therefore starts at the first suitably aligned byte of a slightly larger
 //! allocation.
 
-use std::alloc::Layout;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::ops::Deref;
 use std::ptr::NonNull;
 
@@ -40,7 +45,7 @@ impl<T> ZeroedSlice<T> {
         let layout = Self::layout(count)?;
         assert!(layout.size() > 0, "a zeroed array takes memory");
         // SAFETY: the layout's size is not zero (asserted).
-        let memory = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let memory = NonNull::new(unsafe { System.alloc_zeroed(layout) })?;
         let skip = memory.as_ptr().align_offset(std::mem::align_of::<T>());
         // SAFETY: `layout` has room for the values after up to `align_of::<T>()` bytes of
         // padding (see `layout`), and `skip` is less than that alignment.
@@ -77,8 +82,8 @@ impl<T> Drop for ZeroedSlice<T> {
         let layout = Self::layout(self.values.len()).expect("the layout it was allocated with");
         // SAFETY: the values are initialised and owned here; nothing uses them after this.
         unsafe { std::ptr::drop_in_place(self.values.as_ptr()) };
-        // SAFETY: `memory` came from `alloc_zeroed` with this same layout.
-        unsafe { std::alloc::dealloc(self.memory.as_ptr(), layout) };
+        // SAFETY: `memory` came from `System.alloc_zeroed` with this same layout.
+        unsafe { System.dealloc(self.memory.as_ptr(), layout) };
     }
 }
 
