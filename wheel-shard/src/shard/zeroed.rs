@@ -14,6 +14,13 @@
 //! record segment would be resident, and written by the producer that created it, at once.
 //! The array therefore starts at the first suitably aligned byte of a slightly larger
 //! allocation.
+//!
+//! An array of 2 MiB or more is asked to use transparent huge pages over the part of it that
+//! whole huge pages cover: workers and producers touch records in random order, and on 4 KiB
+//! pages nearly every touch of a large table is also a TLB miss. (mimalloc's arenas had them
+//! so; the system allocator's fresh mappings do not unless asked. Measured on the benchmark
+//! VM at 10 M timers: 112 MiB of the process on huge pages instead of 625, and the producer
+//! about 15 ns a timer slower, until this advice.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ops::Deref;
@@ -46,6 +53,7 @@ impl<T> ZeroedSlice<T> {
         assert!(layout.size() > 0, "a zeroed array takes memory");
         // SAFETY: the layout's size is not zero (asserted).
         let memory = NonNull::new(unsafe { System.alloc_zeroed(layout) })?;
+        advise_huge_pages(memory.as_ptr(), layout.size());
         let skip = memory.as_ptr().align_offset(std::mem::align_of::<T>());
         // SAFETY: `layout` has room for the values after up to `align_of::<T>()` bytes of
         // padding (see `layout`), and `skip` is less than that alignment.
@@ -65,6 +73,27 @@ impl<T> ZeroedSlice<T> {
         Layout::from_size_align(values.size().checked_add(align)?, ASKED_ALIGN).ok()
     }
 }
+
+/// Size of a transparent huge page, and the least array that asks for them.
+#[cfg(target_os = "linux")]
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks the kernel to back the whole huge pages within `len` bytes from `start` with
+/// transparent huge pages (see the module doc). A kernel without them refuses, and nothing
+/// changes.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(start: *mut u8, len: usize) {
+    let first = (start as usize).next_multiple_of(HUGE_PAGE);
+    let end = (start as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
+    if end > first {
+        // SAFETY: `first..end` lies within the allocation of `len` bytes from `start`, which
+        // this array owns; the advice changes how its pages are supplied, not their contents.
+        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_start: *mut u8, _len: usize) {}
 
 impl<T> Deref for ZeroedSlice<T> {
     type Target = [T];
@@ -118,5 +147,55 @@ mod tests {
         // SAFETY: all-zero bytes are a valid `Counted`.
         drop(unsafe { ZeroedSlice::<Counted>::new(5) }.unwrap());
         assert_eq!(DROPPED.load(Ordering::Relaxed), 5);
+    }
+
+    /// The `VmFlags` of the mapping that holds `address` (`/proc/self/smaps`).
+    #[cfg(target_os = "linux")]
+    fn vm_flags_at(address: usize) -> Option<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once('-'));
+            if let Some((from, to)) = range {
+                if let (Ok(from), Ok(to)) = (
+                    usize::from_str_radix(from, 16),
+                    usize::from_str_radix(to, 16),
+                ) {
+                    inside = (from..to).contains(&address);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return Some(flags.trim().to_owned());
+                }
+            }
+        }
+        None
+    }
+
+    /// A large array asks for transparent huge pages over the huge pages it covers (the
+    /// kernel's `hg` flag on that part of the mapping); a small one does not ask.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_large_array_asks_for_huge_pages() {
+        // SAFETY: all-zero bytes are a valid `u64`.
+        let large = unsafe { ZeroedSlice::<u64>::new(3 * HUGE_PAGE / 8) }.unwrap();
+        let inside = (large.as_ptr() as usize).next_multiple_of(HUGE_PAGE);
+        let flags = vm_flags_at(inside).expect("the array's mapping is listed");
+        assert!(
+            flags.split_whitespace().any(|f| f == "hg"),
+            "flags: {flags}"
+        );
+        // SAFETY: as above.
+        let small = unsafe { ZeroedSlice::<u64>::new(512) }.unwrap();
+        let flags = vm_flags_at(small.as_ptr() as usize).expect("the array's memory is listed");
+        assert!(
+            !flags.split_whitespace().any(|f| f == "hg"),
+            "flags: {flags}"
+        );
     }
 }
