@@ -45,8 +45,8 @@ const BUCKETS: usize = bucket(MAX_TRACKED_NANOS) + 1;
 ///
 /// Caveats: recording is a plain load and store of the sample's counter, so it is for one
 /// writer at a time (say, one per thread); two threads recording into one `Durations` at once
-/// may lose counts (never more, and never unsoundly). It takes about 270 KiB, touched only
-/// where samples land.
+/// may lose counts (never more, and never unsoundly). It takes about 270 KiB, zeroed by
+/// the allocator, so most of it usually stays untouched until samples land there.
 ///
 /// ```
 /// use wheel_shard::{Durations, Lateness};
