@@ -5,18 +5,6 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// This process's resident memory in bytes (`/proc/self/statm`).
-#[cfg(target_os = "linux")]
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm's second field is resident pages");
-    pages * 4096
-}
-
 #[test]
 #[cfg(target_os = "linux")]
 fn a_service_start_leaves_its_rings_untouched() {
@@ -31,9 +19,9 @@ fn a_service_start_leaves_its_rings_untouched() {
         ring_capacity: 1 << 22,
         ..Config::default()
     };
-    let before = resident_bytes();
+    let before = wheel_bench::memory().rss;
     let service = TimerService::new(config).expect("a valid config");
-    let grown = resident_bytes().saturating_sub(before);
+    let grown = wheel_bench::memory().rss.saturating_sub(before);
     let rings = 2 * (1u64 << 22) * 16;
     assert!(
         grown < rings / 4,
