@@ -74,7 +74,7 @@ impl<T> ZeroedSlice<T> {
     }
 }
 
-/// Size of a transparent huge page, and the least array that asks for them.
+/// Size of a transparent huge page: an array asks for them over each one it covers whole.
 #[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
