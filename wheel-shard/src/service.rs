@@ -894,6 +894,18 @@ mod tests {
         }
     }
 
+    /// Schedules `timers` timers due now from this thread and waits until every one has fired.
+    fn fire_now_and_wait(service: &TimerService, timers: usize) {
+        let (fired, done) = std::sync::mpsc::channel();
+        for _ in 0..timers {
+            let fired = fired.clone();
+            service
+                .schedule(Duration::ZERO, move || fired.send(()).unwrap())
+                .unwrap();
+        }
+        (0..timers).for_each(|_| done.recv().unwrap());
+    }
+
     /// Idle workers write the next records of a shard that has handed out fresh slots, so its
     /// producers find them resident (`TimerTable::grow`); with a single worker they do not.
     #[test]
@@ -905,14 +917,7 @@ mod tests {
                 ..Config::default()
             };
             let service = TimerService::new(config).unwrap();
-            let (fired, done) = std::sync::mpsc::channel();
-            for _ in 0..300 {
-                let fired = fired.clone();
-                service
-                    .schedule(Duration::ZERO, move || fired.send(()).unwrap())
-                    .unwrap();
-            }
-            (0..300).for_each(|_| done.recv().unwrap());
+            fire_now_and_wait(&service, 300);
             let table = &service.core().shards[0].table;
             let give_up = Instant::now() + Duration::from_secs(10);
             while grows && table.written() == 0 && Instant::now() < give_up {
@@ -943,14 +948,7 @@ mod tests {
         let service = TimerService::new(config).unwrap();
         // Not a multiple of a batch, so each worker ends with a part-full one.
         let timers = 3 * 256 + 7;
-        let (fired, done) = std::sync::mpsc::channel();
-        for _ in 0..timers {
-            let fired = fired.clone();
-            service
-                .schedule(Duration::ZERO, move || fired.send(()).unwrap())
-                .unwrap();
-        }
-        (0..timers).for_each(|_| done.recv().unwrap());
+        fire_now_and_wait(&service, timers);
         // Every slot came fresh to this thread, so the map holds exactly those given back.
         let table = &service.core().shards[0].table;
         let give_up = Instant::now() + Duration::from_secs(10);
