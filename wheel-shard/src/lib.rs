@@ -141,6 +141,7 @@ mod timer;
 pub use adapters::futures::{Elapsed, Sleep, Timeout, TimerError};
 #[cfg(feature = "async")]
 pub use adapters::interval::Interval;
+pub use clock::InstantNanos;
 pub use config::{limits, Config};
 pub use error::{ConfigError, ScheduleError};
 pub use executor::Durations;

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use wheel_shard::Durations;
+use wheel_shard::{Durations, InstantNanos};
 
 use crate::harness::bitset::Bitset;
 use crate::harness::fired::{FiredChunks, FiredList, FiredPool};
@@ -50,7 +50,8 @@ thread_local! {
 /// What one run shares with its callbacks.
 pub struct Run {
     generation: u64,
-    epoch: Instant,
+    /// The run's epoch, which every sample's nanoseconds count from.
+    epoch: InstantNanos,
     timers: usize,
     /// Latest requested deadline per timer, for scenarios that reschedule; shared by every
     /// round, so a handle a system took at start keeps writing to the current table.
@@ -102,14 +103,14 @@ pub struct RunHandle {
 impl RunHandle {
     /// The run's time origin.
     pub fn epoch(&self) -> Instant {
-        self.run.epoch
+        self.run.epoch.origin()
     }
 
     /// Records that timer `index` now wants to fire at `deadline` (after a reschedule); the
     /// callback measures its lateness from the latest deadline recorded.
     pub fn set_deadline(&self, index: u32, deadline: Instant) {
         if let Some(table) = &self.run.deadlines {
-            let nanos = nanos_since(self.run.epoch, deadline);
+            let nanos = self.run.epoch.since_origin(deadline);
             table[index as usize].store(nanos, Ordering::Relaxed);
         }
     }
@@ -138,7 +139,7 @@ impl RunGuard {
         // Likewise the fired lists' memory (see `fired`).
         let pool = Arc::new(FiredPool::new(timers));
         RunGuard {
-            run: begin(Instant::now(), timers, deadlines, pool),
+            run: begin(InstantNanos::new(Instant::now()), timers, deadlines, pool),
             strays_at_start: STRAYS.load(Ordering::Relaxed),
             _exclusive: exclusive,
         }
@@ -211,7 +212,7 @@ impl Drop for RunGuard {
 /// Makes a new run (or round) current under a new generation, so every callback thread
 /// attaches to it on its next sample.
 fn begin(
-    epoch: Instant,
+    epoch: InstantNanos,
     timers: usize,
     deadlines: Option<Arc<[AtomicU64]>>,
     pool: Arc<FiredPool>,
@@ -311,7 +312,7 @@ impl Attached {
                 .max(deadline_ns),
             None => deadline_ns,
         };
-        let start_ns = nanos_since(self.run.epoch, start);
+        let start_ns = self.run.epoch.since_origin(start);
         let slot = &*self.slot;
         // Only this thread writes its counters (see `ThreadSlot`).
         if start_ns < deadline_ns {

@@ -13,16 +13,21 @@
 //! deadline has passed reads the monotonic clock itself.
 
 mod counter;
+mod instant_nanos;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use counter::{Bound, CounterClock, RATE_SHIFT};
+pub use instant_nanos::InstantNanos;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Clock {
     origin: Instant,
+    /// Nanoseconds since `origin`, without std's out-of-line subtraction where the platform
+    /// allows.
+    since_origin: InstantNanos,
     /// The tick in nanoseconds, as a divisor.
     tick: Divisor,
     /// Virtual nanoseconds since `origin`, for a manual clock; `None`: real time.
@@ -176,8 +181,6 @@ impl Divisor {
 /// (146 years of uptime), keep the sum it divides below 2⁶³, where it is exact.
 const SHORT: u64 = 1 << 61;
 
-const NANOS_PER_SEC: u64 = 1_000_000_000;
-
 /// How far past `origin` an unreachable deadline is pinned when shown as an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -203,6 +206,7 @@ impl Clock {
         let counter = counter.filter(|_| per_count.is_some());
         Clock {
             origin,
+            since_origin: InstantNanos::new(origin),
             tick,
             manual: None,
             counter,
@@ -257,7 +261,7 @@ impl Clock {
 
     /// Real nanoseconds since the origin, whatever the clock: for measuring how long work took.
     pub(crate) fn real_nanos(&self) -> u64 {
-        nanos(self.origin.elapsed())
+        self.since_origin.since_origin(Instant::now())
     }
 
     /// The tick that has most recently begun.
@@ -314,18 +318,13 @@ impl Clock {
     }
 
     /// The first tick at or after `at`; an instant in the past is due now.
-    ///
-    /// Within [`SHORT`] of the origin, `n + d − 1` is taken as `secs·10⁹ + (subsec + d − 1)`,
-    /// the addition beside the multiplication, and divided by the short ceiling.
     #[inline]
     pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
-        let since = at.saturating_duration_since(self.origin);
-        let secs = since.as_secs();
-        if secs < SHORT / NANOS_PER_SEC && self.tick.takes_short() {
-            let rest = u64::from(since.subsec_nanos()) + (self.tick.d - 1);
-            return self.tick.div_ceil_biased(secs * NANOS_PER_SEC + rest);
+        let since = self.since_origin.since_origin(at);
+        if since < SHORT && self.tick.takes_short() {
+            return self.tick.div_ceil_biased(since + (self.tick.d - 1));
         }
-        self.ticks_ceil(nanos(since))
+        self.ticks_ceil(since)
     }
 
     /// `period` in whole ticks, rounded up, at least one.
@@ -337,7 +336,7 @@ impl Clock {
     /// plain `u64` division is what keeps `schedule` fast (a `u128` one costs a library call).
     pub(crate) fn elapsed_nanos(&self) -> u64 {
         match &self.manual {
-            None => nanos(self.origin.elapsed()),
+            None => self.real_nanos(),
             Some(manual) => manual.load(Ordering::SeqCst),
         }
     }
@@ -560,7 +559,8 @@ mod tests {
     }
 
     /// `deadline_at` is the exact ceiling on its short path (within [`SHORT`] of the origin)
-    /// and beyond it, at every tick, including the one nanosecond tick the short path refuses.
+    /// and beyond it, at every tick, including the one nanosecond tick the short path refuses,
+    /// whether the instant is read from its hash or subtracted by std.
     #[test]
     fn a_deadline_at_an_instant_is_the_exact_ceiling() {
         let mut next = xorshift(0x1234_5678_9ABC_DEF1u64);
@@ -572,11 +572,16 @@ mod tests {
             Duration::from_secs(3600),
         ] {
             let clock = Clock::new(tick);
+            let std_subtraction = Clock {
+                since_origin: InstantNanos::subtracting(clock.origin),
+                ..clock.clone()
+            };
             let d = clock.tick_nanos();
             let edges = [0, 1, d - 1, d, d + 1, SHORT - 1, SHORT, SHORT + 1];
-            let whole_secs = SHORT / NANOS_PER_SEC * NANOS_PER_SEC;
-            let edges = edges.into_iter().chain([whole_secs - 1, whole_secs]);
-            for n in edges.chain((0..20_000).map(|_| next() >> (2 + next() % 40))) {
+            for n in edges
+                .into_iter()
+                .chain((0..20_000).map(|_| next() >> (2 + next() % 40)))
+            {
                 let Some(at) = clock.origin.checked_add(Duration::from_nanos(n)) else {
                     continue;
                 };
@@ -584,6 +589,11 @@ mod tests {
                     clock.deadline_at(at),
                     n.div_ceil(d),
                     "{n} ns past the origin, d {d}"
+                );
+                assert_eq!(
+                    std_subtraction.deadline_at(at),
+                    n.div_ceil(d),
+                    "{n} ns past the origin, d {d}, std's subtraction"
                 );
             }
         }
