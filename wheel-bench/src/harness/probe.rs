@@ -7,8 +7,9 @@
 //!
 //! What a callback records is charged to whichever system runs it, so the recording is lean: the
 //! histograms are [`Durations`] (a plain load and store of one counter, readable by the merge
-//! without a lock), and only the fired list sits behind a lock, whose one locked instruction
-//! guards a list that the run's owner clears between rounds.
+//! without a lock), and only the fired list sits behind a lock, which the run's owner takes to
+//! clear the list between rounds, and a callback takes without a locked instruction
+//! ([`SampleLock`]).
 //!
 //! A callback appends its timer's index to its thread's [`FiredList`], a sequential write
 //! into memory made resident when the run started; which timers fired, and which more than
@@ -161,7 +162,7 @@ impl RunGuard {
         // first: a callback of this round that records late then uses memory of its own.
         run.fired.close();
         for slot in lock(&run.threads).iter() {
-            slot.list.with(FiredList::clear);
+            slot.list.exclusive(FiredList::clear);
         }
         let pool = Arc::clone(run.fired.pool());
         self.run = begin(run.epoch, run.timers, run.deadlines.clone(), pool);
@@ -242,7 +243,7 @@ fn end_current() {
 fn merge_into(samples: &mut Samples, slot: &ThreadSlot, timers: usize) {
     slot.lateness.add_to(&mut samples.lateness);
     slot.blocked.add_to(&mut samples.blocked);
-    slot.list.with(|fired| {
+    slot.list.exclusive(|fired| {
         // A thread cannot fire more distinct timers than the run has: what did not fit
         // repeated.
         samples.duplicates += fired.dropped() as u64;
@@ -325,7 +326,7 @@ impl Attached {
         } else {
             slot.lateness.record(lateness);
         }
-        slot.list.with(|fired| fired.push(index));
+        slot.list.write(|fired| fired.push(index));
         // Readers sum it for progress.
         let fired = slot.fired.load(Ordering::Relaxed);
         slot.fired.store(fired + 1, Ordering::Relaxed);

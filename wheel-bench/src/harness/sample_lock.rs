@@ -1,71 +1,162 @@
 //! [`SampleLock`]: the lock around one callback thread's samples.
 //!
 //! Its thread takes it for every sample it records; the run's owner takes it once a round, to
-//! merge or clear the samples. So it is almost never contended, and what it costs a callback is
-//! its locked instructions: `std::sync::Mutex` pays two on x86 (the lock's CAS and the unlock's
-//! swap, which tells whether a sleeper needs waking), charged to whichever system's thread runs
-//! the callback (docs/performance.md has what that costs). Nobody sleeps on this lock, so its
-//! unlock is a plain release store: one locked instruction a sample.
+//! merge or clear the samples. What it costs a callback is charged to whichever system's thread
+//! runs the callback, so the side taken on every sample is the cheap one of an asymmetric pair:
+//!
+//! - the sample's thread ([`SampleLock::write`]) stores "writing", then reads whether the owner
+//!   holds the lock, with only the compiler kept from reordering the two: no locked
+//!   instruction, whose wait for every earlier store to reach the cache cost a callback more
+//!   than the rest of its recording (docs/performance.md);
+//! - the owner ([`SampleLock::exclusive`]) stores "held", then has the kernel run a full memory
+//!   barrier on every thread of the process (Linux's `membarrier`), then waits until the
+//!   sample's thread is not writing.
+//!
+//! Of the two stores and the two reads after them, at least one read sees the other side's
+//! store, as with a full fence on both sides: when the barrier reaches the sample's thread
+//! before its read, the read sees "held"; when after its store, the owner sees "writing". So
+//! the two never both go ahead. Where `membarrier` is not available, both sides use a full
+//! fence (a locked instruction a sample, as a plain lock would).
+//!
+//! Only one thread may call [`SampleLock::write`] on a lock: the thread whose samples it holds.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
+use std::sync::OnceLock;
 
-/// Spins before a waiter yields its CPU to the holder (which may be preempted).
+/// Spins before a waiter yields its CPU to the other side (which may be preempted).
 const SPINS_BEFORE_YIELD: u32 = 64;
 
-/// A spin lock around `T` (see the module doc).
+/// A lock around `T` for one writing thread and a rare owner (see the module doc).
 pub(crate) struct SampleLock<T> {
-    locked: AtomicBool,
+    /// The writing thread is between its store of `true` and its store of `false`.
+    writing: AtomicBool,
+    /// The owner holds the lock, or is about to.
+    held: AtomicBool,
     data: UnsafeCell<T>,
 }
 
-// SAFETY: `data` is reached only through `with`, which holds the lock: one thread at a time,
-// with the Acquire that took the lock seeing the Release that freed it. So sharing the lock
-// shares `T` as a `Mutex` does, which needs `T: Send`.
+// SAFETY: `data` is reached only through `write` (one thread, the lock's own) and `exclusive`,
+// and the protocol in the module doc keeps the two apart; each side's Acquire sees the other's
+// Release that ended its access. So sharing the lock shares `T` as a `Mutex` does, which needs
+// `T: Send`.
 unsafe impl<T: Send> Sync for SampleLock<T> {}
 
 impl<T> SampleLock<T> {
     pub(crate) fn new(data: T) -> Self {
         SampleLock {
-            locked: AtomicBool::new(false),
+            writing: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             data: UnsafeCell::new(data),
         }
     }
 
-    /// Runs `f` on the data with the lock held; the lock is freed when `f` returns or unwinds.
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        self.lock();
-        let _unlock = Unlock(&self.locked);
-        // SAFETY: the lock is held until `_unlock` drops, after `f` is done with the reference,
-        // so no other `with` reaches `data` meanwhile.
+    /// Runs `f` on the data for the lock's own thread (the only one that may call this), once
+    /// the owner does not hold it.
+    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut spins = 0;
+        loop {
+            self.writing.store(true, Ordering::Relaxed);
+            light_barrier();
+            if !self.held.load(Ordering::Acquire) {
+                break;
+            }
+            self.writing.store(false, Ordering::Release);
+            while self.held.load(Ordering::Relaxed) {
+                wait(&mut spins);
+            }
+        }
+        let _done = Release(&self.writing);
+        // SAFETY: `writing` is set and the owner does not hold the lock, so `exclusive` waits
+        // until `_done` drops, after `f` is done with the reference; no other thread calls
+        // `write`.
         f(unsafe { &mut *self.data.get() })
     }
 
-    fn lock(&self) {
+    /// Runs `f` on the data while the lock's thread is not writing, for the run's owner.
+    pub(crate) fn exclusive<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let mut spins = 0;
         while self
-            .locked
+            .held
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            while self.locked.load(Ordering::Relaxed) {
-                spins += 1;
-                if spins % SPINS_BEFORE_YIELD == 0 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+            wait(&mut spins);
         }
+        let _done = Release(&self.held);
+        heavy_barrier();
+        while self.writing.load(Ordering::Acquire) {
+            wait(&mut spins);
+        }
+        // SAFETY: `held` is set, and after the barrier the writing thread either is seen
+        // writing (waited out above) or sees `held` and stays out until `_done` drops.
+        f(unsafe { &mut *self.data.get() })
     }
 }
 
-struct Unlock<'a>(&'a AtomicBool);
+/// Clears its flag with Release when dropped, also when `f` unwinds.
+struct Release<'a>(&'a AtomicBool);
 
-impl Drop for Unlock<'_> {
+impl Drop for Release<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
+}
+
+fn wait(spins: &mut u32) {
+    *spins += 1;
+    if *spins % SPINS_BEFORE_YIELD == 0 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+/// The writing side's half of the pair: the compiler's order where the owner's barrier does
+/// the rest, a full fence otherwise.
+#[inline(always)]
+fn light_barrier() {
+    if membarrier_registered() {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The owner's half: a full memory barrier on every thread of the process.
+fn heavy_barrier() {
+    fence(Ordering::SeqCst);
+    #[cfg(target_os = "linux")]
+    if membarrier_registered() {
+        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+        // SAFETY: `membarrier` takes two integers and touches no memory of ours.
+        let status =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
+        assert_eq!(status, 0, "membarrier after registration");
+    }
+}
+
+/// Whether this process registered for `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: asked
+/// once, on first use (Linux 4.14 and later, without a seccomp filter that forbids it).
+fn membarrier_registered() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+            // SAFETY: as in `heavy_barrier`; registering fails cleanly where unsupported.
+            let status = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                    0,
+                )
+            };
+            status == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    })
 }
 
 #[cfg(test)]
@@ -73,35 +164,47 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// Increments that are not atomic themselves come out exact when every one is under the
-    /// lock, from several threads at once.
+    /// Increments that are not atomic themselves come out exact when the lock's thread and an
+    /// owner both make them, many times each, at once.
     #[test]
-    fn the_lock_excludes() {
-        const THREADS: u64 = 4;
-        const EACH: u64 = 100_000;
+    fn the_writer_and_the_owner_exclude_each_other() {
+        const WRITES: u64 = 1_000_000;
+        const OWNER_TURNS: u64 = 2_000;
         let lock = Arc::new(SampleLock::new(0u64));
-        let threads: Vec<_> = (0..THREADS)
-            .map(|_| {
-                let lock = Arc::clone(&lock);
-                std::thread::spawn(move || {
-                    for _ in 0..EACH {
-                        lock.with(|count| *count += 1);
-                    }
-                })
+        let writer = {
+            let lock = Arc::clone(&lock);
+            std::thread::spawn(move || {
+                for _ in 0..WRITES {
+                    lock.write(|count| *count += 1);
+                }
             })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
-        assert_eq!(lock.with(|count| *count), THREADS * EACH);
+        };
+        for _ in 0..OWNER_TURNS {
+            lock.exclusive(|count| *count += 1);
+        }
+        writer.join().unwrap();
+        assert_eq!(lock.exclusive(|count| *count), WRITES + OWNER_TURNS);
     }
 
-    /// A panic inside frees the lock.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn this_machine_takes_the_asymmetric_path() {
+        assert!(membarrier_registered());
+    }
+
+    /// A panic inside frees the lock, on either side.
     #[test]
     fn a_panic_inside_frees_the_lock() {
         let lock = SampleLock::new(1);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            lock.with(|_| panic!("inside"));
+            lock.write(|_| panic!("inside"));
         }));
         assert!(caught.is_err());
-        assert_eq!(lock.with(|value| *value), 1);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            lock.exclusive(|_| panic!("inside"));
+        }));
+        assert!(caught.is_err());
+        assert_eq!(lock.write(|value| *value), 1);
+        assert_eq!(lock.exclusive(|value| *value), 1);
     }
 }
