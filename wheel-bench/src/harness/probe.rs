@@ -326,7 +326,9 @@ impl Attached {
         } else {
             slot.lateness.record(lateness);
         }
-        slot.list.write(|fired| fired.push(index));
+        // SAFETY: `attach` made this slot for this thread, which keeps it in its thread-local
+        // `LOCAL`; the run's owner only takes the lock's other side.
+        unsafe { slot.list.write(|fired| fired.push(index)) };
         // Readers sum it for progress.
         let fired = slot.fired.load(Ordering::Relaxed);
         slot.fired.store(fired + 1, Ordering::Relaxed);

@@ -18,7 +18,8 @@
 //! the two never both go ahead. Where `membarrier` is not available, both sides use a full
 //! fence (a locked instruction a sample, as a plain lock would).
 //!
-//! Only one thread may call [`SampleLock::write`] on a lock: the thread whose samples it holds.
+//! Only one thread may call [`SampleLock::write`] on a lock, the thread whose samples it holds:
+//! that is its safety contract.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
@@ -51,9 +52,12 @@ impl<T> SampleLock<T> {
         }
     }
 
-    /// Runs `f` on the data for the lock's own thread (the only one that may call this), once
-    /// the owner does not hold it.
-    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+    /// Runs `f` on the data for the lock's own thread, once the owner does not hold it.
+    ///
+    /// # Safety
+    /// No other thread calls `write` on this lock, ever: two writers would both find the
+    /// owner away and reach the data at once.
+    pub(crate) unsafe fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let mut spins = 0;
         loop {
             self.writing.store(true, Ordering::Relaxed);
@@ -69,7 +73,7 @@ impl<T> SampleLock<T> {
         let _done = Release(&self.writing);
         // SAFETY: `writing` is set and the owner does not hold the lock, so `exclusive` waits
         // until `_done` drops, after `f` is done with the reference; no other thread calls
-        // `write`.
+        // `write` (the caller's promise).
         f(unsafe { &mut *self.data.get() })
     }
 
@@ -175,7 +179,8 @@ mod tests {
             let lock = Arc::clone(&lock);
             std::thread::spawn(move || {
                 for _ in 0..WRITES {
-                    lock.write(|count| *count += 1);
+                    // SAFETY: this thread is the lock's only writer.
+                    unsafe { lock.write(|count| *count += 1) };
                 }
             })
         };
@@ -196,15 +201,16 @@ mod tests {
     #[test]
     fn a_panic_inside_frees_the_lock() {
         let lock = SampleLock::new(1);
+        // SAFETY (each `write` below): this thread is the lock's only writer.
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            lock.write(|_| panic!("inside"));
+            unsafe { lock.write(|_| panic!("inside")) };
         }));
         assert!(caught.is_err());
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             lock.exclusive(|_| panic!("inside"));
         }));
         assert!(caught.is_err());
-        assert_eq!(lock.write(|value| *value), 1);
+        assert_eq!(unsafe { lock.write(|value| *value) }, 1);
         assert_eq!(lock.exclusive(|value| *value), 1);
     }
 }
