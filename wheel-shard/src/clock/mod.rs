@@ -24,10 +24,9 @@ pub use instant_nanos::InstantNanos;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Clock {
-    origin: Instant,
-    /// Nanoseconds since `origin`, without std's out-of-line subtraction where the platform
-    /// allows.
-    since_origin: InstantNanos,
+    /// The instant tick 0 begins, with what measures nanoseconds since it (without std's
+    /// out-of-line subtraction where the platform allows).
+    origin: InstantNanos,
     /// The tick in nanoseconds, as a divisor.
     tick: Divisor,
     /// Virtual nanoseconds since `origin`, for a manual clock; `None`: real time.
@@ -205,8 +204,7 @@ impl Clock {
             .and_then(|counter| tick.per_count(counter.rate()));
         let counter = counter.filter(|_| per_count.is_some());
         Clock {
-            origin,
-            since_origin: InstantNanos::new(origin),
+            origin: InstantNanos::new(origin),
             tick,
             manual: None,
             counter,
@@ -244,7 +242,7 @@ impl Clock {
 
     /// The instant "now" is at (virtual for a manual clock).
     pub(crate) fn now_instant(&self) -> Instant {
-        self.origin + Duration::from_nanos(self.elapsed_nanos())
+        self.origin.origin() + Duration::from_nanos(self.elapsed_nanos())
     }
 
     /// How far "now" is past tick `tick`'s start, in nanoseconds (0 before it), where
@@ -261,7 +259,7 @@ impl Clock {
 
     /// Real nanoseconds since the origin, whatever the clock: for measuring how long work took.
     pub(crate) fn real_nanos(&self) -> u64 {
-        self.since_origin.since_origin(Instant::now())
+        self.origin.since_origin(Instant::now())
     }
 
     /// The tick that has most recently begun.
@@ -320,7 +318,7 @@ impl Clock {
     /// The first tick at or after `at`; an instant in the past is due now.
     #[inline]
     pub(crate) fn deadline_at(&self, at: Instant) -> u64 {
-        let since = self.since_origin.since_origin(at);
+        let since = self.origin.since_origin(at);
         if since < SHORT && self.tick.takes_short() {
             return self.tick.div_ceil_biased(since + (self.tick.d - 1));
         }
@@ -348,7 +346,7 @@ impl Clock {
             .map(Duration::from_nanos)
             .unwrap_or(FAR_FUTURE)
             .min(FAR_FUTURE);
-        self.origin + offset
+        self.origin.origin() + offset
     }
 
     /// How long until tick `tick` begins.
@@ -573,7 +571,7 @@ mod tests {
         ] {
             let clock = Clock::new(tick);
             let std_subtraction = Clock {
-                since_origin: InstantNanos::subtracting(clock.origin),
+                origin: InstantNanos::subtracting(clock.origin.origin()),
                 ..clock.clone()
             };
             let d = clock.tick_nanos();
@@ -582,7 +580,7 @@ mod tests {
                 .into_iter()
                 .chain((0..20_000).map(|_| next() >> (2 + next() % 40)))
             {
-                let Some(at) = clock.origin.checked_add(Duration::from_nanos(n)) else {
+                let Some(at) = clock.origin.origin().checked_add(Duration::from_nanos(n)) else {
                     continue;
                 };
                 assert_eq!(
