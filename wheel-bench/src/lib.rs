@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 pub use harness::result::{RunResult, Skipped};
 pub use harness::scenario::Scenario;
 pub use host::proc::{memory, Memory};
+pub use host::wake_floor;
 pub use options::{Cli, Options, QUICK};
 pub use report::hgrm::parse_hgrm;
 pub use run::{run, Outcome};

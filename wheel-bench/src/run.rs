@@ -57,7 +57,13 @@ pub fn run(options: &Options) -> Result<Outcome, String> {
         for (system, timers, spread) in schedule_of_runs(options, scenario) {
             let plan = options.plan(scenario, timers, spread, &out_dir, &progress);
             match run_one(system.as_ref(), &plan, options) {
-                Ok(result) => results.push(result),
+                Ok(mut result) => {
+                    let timers = result.counts.scheduled;
+                    result
+                        .cpu
+                        .price_sleeps(machine.wake_prices.as_ref(), timers);
+                    results.push(result);
+                }
                 Err(reason) => skipped.push(Skipped {
                     system: system.name().to_string(),
                     scenario,

@@ -260,6 +260,8 @@ fn cpu_figures(
         timer_ns: after.since(before, timer),
         executor_ns: executor.map(|prefix| after.since(before, prefix)),
         threads: describe_roles(timer, executor),
+        timer_sleeps: after.sleeps_since(before, timer),
+        executor_sleeps: executor.and_then(|prefix| after.sleeps_since(before, prefix)),
         ..CpuFigures::default()
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::harness::histogram::Percentiles;
 use crate::harness::scenario::Scenario;
 use crate::host::stalls::HostStalls;
+use crate::host::wake_floor::WakePrices;
 
 /// One system's run of one scenario.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -127,6 +128,18 @@ pub struct CpuFigures {
     /// `executor_ns` per timer scheduled (`None` when callbacks run on the timer threads).
     #[serde(default)]
     pub executor_ns_per_timer: Option<f64>,
+    /// Times the timer threads slept (voluntary context switches), where the kernel counts
+    /// them.
+    #[serde(default)]
+    pub timer_sleeps: Option<u64>,
+    /// Times the executor threads slept, as `timer_sleeps`.
+    #[serde(default)]
+    pub executor_sleeps: Option<u64>,
+    /// What the machine charges for those sleeps and the wake-ups that end them, per timer
+    /// scheduled (see [`CpuFigures::price_sleeps`]): the part of `tick_ns_per_timer +
+    /// executor_ns_per_timer` that is the price of sleeping on this machine, not work.
+    #[serde(default)]
+    pub wake_floor_ns_per_timer: Option<f64>,
 }
 
 impl CpuFigures {
@@ -135,6 +148,22 @@ impl CpuFigures {
         self.producer_ns_per_timer = self.producer_ns.and_then(|ns| per_timer(ns, timers));
         self.tick_ns_per_timer = per_timer(self.timer_ns, timers);
         self.executor_ns_per_timer = self.executor_ns.and_then(|ns| per_timer(ns, timers));
+    }
+
+    /// Prices the round's sleeps at this machine's `prices`, for `timers` scheduled: each
+    /// sleep of a timer thread as a timed sleep (a tick thread sleeps until its next tick),
+    /// each of an executor thread as a wake-up of it by another thread, both sides. An
+    /// estimate: a sleep counted here can also be a wait for a lock, and an executor woken by
+    /// a timeout, not a thread, is charged a wake-up's price instead of a timed sleep's.
+    pub fn price_sleeps(&mut self, prices: Option<&WakePrices>, timers: u64) {
+        self.wake_floor_ns_per_timer = prices.zip(self.timer_sleeps).and_then(|(p, sleeps)| {
+            let executor = match self.executor_ns {
+                None => 0.0,
+                Some(_) => self.executor_sleeps? as f64 * p.wake_ns(),
+            };
+            let ns = sleeps as f64 * p.timed_sleep_ns + executor;
+            (timers > 0).then(|| ns.max(0.0) / timers as f64)
+        });
     }
 }
 
@@ -279,5 +308,44 @@ mod tests {
             cpu.tick_ns_per_timer, None,
             "idle: no timers, no per-timer cost"
         );
+    }
+
+    #[test]
+    fn sleeps_are_priced_by_role() {
+        let prices = WakePrices {
+            timed_sleep_ns: 50_000.0,
+            waker_ns: 20_000.0,
+            wakee_ns: 15_000.0,
+            across_cpus: true,
+        };
+        // 1 000 ticks' sleeps and 500 workers' wake-ups over 1 M timers: 50 + 17.5 ns.
+        let mut cpu = CpuFigures {
+            executor_ns: Some(1),
+            timer_sleeps: Some(1_000),
+            executor_sleeps: Some(500),
+            ..CpuFigures::default()
+        };
+        cpu.price_sleeps(Some(&prices), 1_000_000);
+        assert_eq!(cpu.wake_floor_ns_per_timer, Some(67.5));
+        // Callbacks on the timer threads: their sleeps alone.
+        let mut inline = CpuFigures {
+            timer_sleeps: Some(1_000),
+            ..CpuFigures::default()
+        };
+        inline.price_sleeps(Some(&prices), 1_000_000);
+        assert_eq!(inline.wake_floor_ns_per_timer, Some(50.0));
+        // Nothing to price with, nothing counted, or no timers: no figure.
+        for (prices, executor_sleeps, timers) in [
+            (None, Some(500), 1_000_000),
+            (Some(&prices), None, 1_000_000),
+            (Some(&prices), Some(500), 0),
+        ] {
+            let mut cpu = CpuFigures {
+                executor_sleeps,
+                ..cpu.clone()
+            };
+            cpu.price_sleeps(prices, timers);
+            assert_eq!(cpu.wake_floor_ns_per_timer, None);
+        }
     }
 }

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::wake_floor::WakePrices;
+
 /// The machine's cores, CPU model, memory and kernel.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
@@ -21,11 +23,15 @@ pub struct Machine {
     /// per-timer figures of memory-bound runs (`None`: not measured).
     #[serde(default)]
     pub dram_miss_ns: Option<f64>,
+    /// What a sleep and a wake-up cost a thread here ([`crate::host::wake_floor`]): the floor
+    /// under the CPU of a service that sleeps every tick (`None`: not measured).
+    #[serde(default)]
+    pub wake_prices: Option<WakePrices>,
 }
 
 impl Machine {
     /// Reads /proc/cpuinfo, /proc/meminfo and the kernel release, and measures the memory
-    /// floor (about a second).
+    /// floor and the wake-up prices (about 2.5 s).
     pub fn read() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -49,6 +55,7 @@ impl Machine {
                 .unwrap_or_default(),
             busy_before: busy_share(std::time::Duration::from_millis(500)),
             dram_miss_ns: crate::host::floor::dram_miss_ns(),
+            wake_prices: crate::host::wake_floor::wake_prices(),
         }
     }
 

@@ -5,6 +5,8 @@
 //! - [`floor`]: the memory floor, one load that misses every cache.
 //! - [`proc`]: resident memory, per-thread CPU time, run-queue wait and steal time.
 //! - [`stalls`]: the host stall probe, which tells the VM's stalls from a service's lateness.
+//! - [`wake_floor`]: the price of a sleep and a wake-up, which tells the VM's share of a
+//!   service's CPU from its own work.
 //! - [`progress`]: the progress bars.
 
 pub(crate) mod floor;
@@ -12,3 +14,4 @@ pub(crate) mod machine;
 pub(crate) mod proc;
 pub(crate) mod progress;
 pub(crate) mod stalls;
+pub mod wake_floor;

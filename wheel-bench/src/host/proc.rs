@@ -35,13 +35,25 @@ pub fn reset_peak_memory() -> bool {
     fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// CPU time (ns) of every live thread of this process, by thread id, with its name.
+/// CPU time (ns) and sleeps of every live thread of this process, by thread id, with its
+/// name.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadTimes {
-    threads: HashMap<u32, (String, u64)>,
+    threads: HashMap<u32, ThreadUsage>,
 }
 
-/// Reads every thread's name (`comm`) and CPU time (`schedstat`, else `stat` in clock ticks).
+/// One thread's figures so far.
+#[derive(Clone, Debug, Default)]
+struct ThreadUsage {
+    name: String,
+    cpu_ns: u64,
+    /// Times it gave up its CPU of its own accord (`voluntary_ctxt_switches`): a sleep, a
+    /// wait for a wake-up, or a blocking call; `None` where the kernel does not say.
+    sleeps: Option<u64>,
+}
+
+/// Reads every thread's name (`comm`), CPU time (`schedstat`, else `stat` in clock ticks)
+/// and sleeps (`status`).
 pub fn thread_times() -> ThreadTimes {
     let mut threads = HashMap::new();
     let Ok(entries) = fs::read_dir("/proc/self/task") else {
@@ -53,8 +65,14 @@ pub fn thread_times() -> ThreadTimes {
         };
         let dir = entry.path();
         let name = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if let Some(cpu) = cpu_ns(&dir) {
-            threads.insert(tid, (name.trim_end().to_string(), cpu));
+        if let Some(cpu_ns) = cpu_ns(&dir) {
+            let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let usage = ThreadUsage {
+                name: name.trim_end().to_string(),
+                cpu_ns,
+                sleeps: status_count(&status, "voluntary_ctxt_switches:"),
+            };
+            threads.insert(tid, usage);
         }
     }
     ThreadTimes { threads }
@@ -140,16 +158,43 @@ fn cpu_ns(task_dir: &std::path::Path) -> Option<u64> {
     Some(ticks * NS_PER_CLOCK_TICK)
 }
 
+/// The count after `key` in a `status` file.
+fn status_count(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 impl ThreadTimes {
     /// CPU time spent since `earlier` by threads whose name starts with `prefix` (threads
     /// that did not exist then count from zero).
     pub fn since(&self, earlier: &ThreadTimes, prefix: &str) -> u64 {
+        self.sum_since(earlier, prefix, |usage| Some(usage.cpu_ns))
+            .unwrap_or(0)
+    }
+
+    /// Sleeps since `earlier` of threads whose name starts with `prefix`, as [`Self::since`];
+    /// `None` where the kernel does not count them.
+    pub fn sleeps_since(&self, earlier: &ThreadTimes, prefix: &str) -> Option<u64> {
+        self.sum_since(earlier, prefix, |usage| usage.sleeps)
+    }
+
+    /// `figure` summed over the threads named `prefix…`, each less its value in `earlier`.
+    fn sum_since(
+        &self,
+        earlier: &ThreadTimes,
+        prefix: &str,
+        figure: impl Fn(&ThreadUsage) -> Option<u64>,
+    ) -> Option<u64> {
         self.threads
             .iter()
-            .filter(|(_, (name, _))| name.starts_with(prefix))
-            .map(|(tid, (_, cpu))| {
-                let before = earlier.threads.get(tid).map_or(0, |(_, cpu)| *cpu);
-                cpu.saturating_sub(before)
+            .filter(|(_, usage)| usage.name.starts_with(prefix))
+            .map(|(tid, usage)| {
+                let before = earlier.threads.get(tid).map_or(Some(0), &figure)?;
+                Some(figure(usage)?.saturating_sub(before))
             })
             .sum()
     }
@@ -209,6 +254,31 @@ mod tests {
         let busy = after.since(&before, "probe-busy-");
         assert!(busy >= 20_000_000, "{busy} ns");
         assert_eq!(after.since(&before, "no-such-thread"), 0);
+        assert_eq!(after.sleeps_since(&before, "no-such-thread"), Some(0));
+    }
+
+    #[test]
+    fn a_sleeping_named_thread_shows_its_sleeps() {
+        let before = thread_times();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let sleeper = std::thread::Builder::new()
+            .name("probe-sleepy-1".into())
+            .spawn(move || {
+                for _ in 0..20 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            })
+            .unwrap();
+        rx.recv().unwrap();
+        let after = thread_times();
+        done_tx.send(()).unwrap();
+        sleeper.join().unwrap();
+        // Twenty sleeps, and perhaps a wait for the channel's lock; never fewer.
+        let sleeps = after.sleeps_since(&before, "probe-sleepy-").unwrap();
+        assert!((20..40).contains(&sleeps), "{sleeps} sleeps");
     }
 
     #[test]

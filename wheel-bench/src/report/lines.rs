@@ -16,8 +16,15 @@ pub(crate) fn machine_line(machine: &Machine) -> String {
     let miss = machine.dram_miss_ns.map_or(String::new(), |ns| {
         format!(", a dependent DRAM miss {ns:.0} ns")
     });
+    let wake = machine.wake_prices.map_or(String::new(), |p| {
+        format!(
+            ", a timed sleep {:.0} µs and a wake-up {:.0} µs of CPU",
+            p.timed_sleep_ns / 1e3,
+            p.wake_ns() / 1e3
+        )
+    });
     format!(
-        "{} cores ({}), {} RAM{miss}, Linux {}, {:.0} % busy and load average {} at start{busy}",
+        "{} cores ({}), {} RAM{miss}{wake}, Linux {}, {:.0} % busy and load average {} at start{busy}",
         machine.cores,
         machine.cpu_model,
         format::bytes_text(machine.memory_bytes),

@@ -56,6 +56,23 @@ fn machine_section(md: &mut String, machine: &Machine) {
              through 256 MiB at start; the per-timer figures of a 10 M run move with it)"
         );
     }
+    if let Some(p) = machine.wake_prices {
+        let cpus = if p.across_cpus {
+            "another CPU"
+        } else {
+            "the same CPU"
+        };
+        let _ = writeln!(
+            md,
+            "- wake-up floor: a thread that sleeps until its next millisecond is charged {:.1} µs \
+             of CPU a wake-up beyond its work; waking a thread on {cpus} {:.1} µs (waker) + \
+             {:.1} µs (woken). The CPU tables' \"wake floor\" prices each run's sleeps at these \
+             (see `host/wake_floor.rs`)",
+            p.timed_sleep_ns / 1e3,
+            p.waker_ns / 1e3,
+            p.wakee_ns / 1e3
+        );
+    }
     let busy = if machine.was_busy() {
         " (**busy: figures are not representative**)"
     } else {
@@ -179,6 +196,14 @@ const METHOD: &str = "
     whose callbacks run on those same threads (every peer here), callbacks included.
   - *exec*: the threads that run callbacks when they are others (wheel: `wheel-exec-*`);
     `inline` where they are the timer threads.
+  - *wake floor*: what this machine charges the tick and exec threads for their sleeps, per
+    timer: each sleep of a timer thread (its voluntary context switches over the round) at
+    the price of a timed sleep, each of an executor thread at the price of a wake-up by
+    another thread, both sides, the prices measured at the start of the run (see the
+    machine section). On a VM a vCPU that halts and is woken exits to the hypervisor, so
+    these prices are several times a bare machine's, and a service that sleeps every tick
+    pays them whatever it does: the tick and exec columns less this one are the service's
+    own work. An estimate: a voluntary switch can also be a wait for a lock.
 - Host stalls (`--stall-probe on`; off by default, see below): during each measured round a
   watcher thread pinned to each vCPU (`bench-watch-N`) sleeps to every 250 µs boundary and
   notes how late it wakes. A late wake-up is either the vCPU not running (the host stopped

@@ -88,6 +88,7 @@ fn main_table(scenario: Scenario, runs: &[&RunResult]) -> Table {
         "prod ns/timer",
         "tick ns/timer",
         "exec ns/timer",
+        "wake floor",
         "wake-ups",
         "counts",
     ]);
@@ -141,8 +142,9 @@ fn memory_cells(run: &RunResult) -> [String; 2] {
     }
 }
 
-/// CPU ns per timer of the producer, tick and executor threads.
-fn cpu_per_timer_cells(run: &RunResult) -> [String; 3] {
+/// CPU ns per timer of the producer, tick and executor threads, and the machine's price of
+/// the tick and executor threads' sleeps.
+fn cpu_per_timer_cells(run: &RunResult) -> [String; 4] {
     let cpu = &run.cpu;
     let executor = match (cpu.executor_ns, cpu.executor_ns_per_timer) {
         (None, _) => "inline".to_string(),
@@ -152,6 +154,7 @@ fn cpu_per_timer_cells(run: &RunResult) -> [String; 3] {
         per_timer_text(cpu.producer_ns_per_timer),
         per_timer_text(cpu.tick_ns_per_timer),
         executor,
+        per_timer_text(cpu.wake_floor_ns_per_timer),
     ]
 }
 
@@ -399,6 +402,7 @@ mod tests {
         wheel.cpu.producer_ns_per_timer = Some(95.4);
         wheel.cpu.tick_ns_per_timer = Some(40.0);
         wheel.cpu.executor_ns_per_timer = Some(120.0);
+        wheel.cpu.wake_floor_ns_per_timer = Some(61.6);
         wheel.host_stalls = Some(HostStalls {
             longest_ns: 7_500_000,
             gaps_over_200us: 3,
@@ -418,10 +422,12 @@ mod tests {
         assert_eq!(cell(0, "prod ns/timer"), "95");
         assert_eq!(cell(0, "tick ns/timer"), "40");
         assert_eq!(cell(0, "exec ns/timer"), "120");
+        assert_eq!(cell(0, "wake floor"), "62");
         assert_eq!(cell(0, "stall max"), "7.50 ms");
         assert_eq!(cell(1, "prod ns/timer"), "n/a");
         assert_eq!(cell(1, "tick ns/timer"), "700");
         assert_eq!(cell(1, "exec ns/timer"), "inline");
+        assert_eq!(cell(1, "wake floor"), "n/a");
         assert_eq!(cell(1, "stall max"), "–");
         // The stall column sits right after the lateness max.
         let max = main.headers.iter().position(|h| h == "max").unwrap();
