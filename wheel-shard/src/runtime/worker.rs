@@ -37,10 +37,14 @@ const SHALLOW: usize = 4;
 const SHORT_RUN: u64 = 1_000_000;
 /// Runs a worker stays at [`SHALLOW`] after one longer than [`SHORT_RUN`].
 const SHALLOW_RUNS: u32 = 1024;
-/// How long a run may wait in the queues (nanoseconds) before its worker wakes another to
-/// help: a fifth of a default tick, more than one worker's share of a busy tick. Also the
-/// least time between two such calls of one worker.
-const BEHIND: u64 = 200_000;
+/// The bounds of how long a run may wait in the queues (nanoseconds) before its worker wakes
+/// another to help: half a tick ([`HelpCalls::new`]), at least [`BEHIND_MIN`] so that a tiny
+/// tick does not turn every run into a call, at most [`BEHIND_MAX`] so that a long tick does
+/// not leave a backlog to one worker for long.
+const BEHIND_MIN: u64 = 50_000;
+/// See [`BEHIND_MIN`]: half a default tick, more than one worker needs for a busy tick's
+/// batch (1 000 runs of a short callback take it about 200 µs).
+const BEHIND_MAX: u64 = 500_000;
 
 /// What a worker keeps to itself between runs.
 ///
@@ -139,7 +143,7 @@ pub(crate) fn work(core: &Core, index: usize) {
         ahead: VecDeque::with_capacity(DEEP),
         shallow_for: 0,
         stopwatch: Stopwatch::new(),
-        help_calls: HelpCalls::default(),
+        help_calls: HelpCalls::new(core.clock.tick_nanos()),
         released: Released::new(core.shards.len()),
         manual: core.clock.is_manual(),
     };
@@ -362,7 +366,7 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
         .record(core.clock.lateness(deadline, started));
     let queued_for = started.saturating_sub(run.handed_at);
     stats.queue_delay.record(queued_for);
-    if queued_for > BEHIND {
+    if queued_for > own.help_calls.behind {
         call_for_help(core, own, started);
     }
     WorkerStats::count(&stats.fired);
@@ -371,8 +375,8 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
     own.last_run = Some(LastRun { started, id });
 }
 
-/// A run of this worker started over [`BEHIND`] late, at `now`: wakes a sleeping worker to
-/// help when [`HelpCalls::may_call`] says so.
+/// A run of this worker started over [`HelpCalls::behind`] late, at `now`: wakes a sleeping
+/// worker to help when [`HelpCalls::may_call`] says so.
 fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
     if own.help_calls.may_call(now, || core.executor.has_work()) {
         core.executor.wake_a_helper();
@@ -381,26 +385,42 @@ fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
 
 /// When a worker whose runs start late wakes another to help.
 ///
+/// When a run waited in the queues over `behind` (half a tick, within [`BEHIND_MIN`] ..=
+/// [`BEHIND_MAX`]): a run that waited that long is on its way to a tick late. A wake-up costs
+/// this VM 20–40 µs of CPU, as much as a hundred short callbacks, so a worker that can get
+/// through a busy tick's batch alone within the tick calls no one: at a fifth of a tick, calls
+/// for a batch one worker finishes in time woke the other worker on nearly every second tick
+/// (docs/performance.md, thirty-fourth session).
+///
 /// Only when there is work the helper could take — references in the hand-out queues or in
 /// a worker's own queue, not only those in the caller's hands, which no other worker can take —
-/// and at most once every [`BEHIND`]. Without the two conditions a worker whose hand holds
+/// and at most once every `behind`. Without the two conditions a worker whose hand holds
 /// runs that all waited long (handed out while it was preempted) called on every run: the
 /// worker it woke found nothing, slept, and was woken again by the next run, tens of futile
 /// wake-ups a tick on one CPU (docs/performance.md, seventeenth session).
-#[derive(Default)]
 struct HelpCalls {
     /// When this worker last called (`Stopwatch::real_nanos`), if it ever did.
     last: Option<u64>,
+    /// How long a run waits before its worker calls, and the least time between two calls.
+    behind: u64,
 }
 
 impl HelpCalls {
+    /// A worker's calls for a service ticking every `tick_nanos`.
+    fn new(tick_nanos: u64) -> Self {
+        HelpCalls {
+            last: None,
+            behind: (tick_nanos / 2).clamp(BEHIND_MIN, BEHIND_MAX),
+        }
+    }
+
     /// Whether to call for help at `now`, with `stealable` telling whether other workers
     /// could take any of the queued work (read only when the time allows a call). A `true`
     /// counts as the call.
     fn may_call(&mut self, now: u64, stealable: impl FnOnce() -> bool) -> bool {
         if self
             .last
-            .is_some_and(|last| now.saturating_sub(last) < BEHIND)
+            .is_some_and(|last| now.saturating_sub(last) < self.behind)
         {
             return false;
         }
@@ -483,9 +503,12 @@ impl SlowLog {
 mod tests {
     use super::*;
 
+    /// A default tick's.
+    const TICK: u64 = 1_000_000;
+
     #[test]
     fn a_late_worker_calls_for_help_only_for_work_others_can_take() {
-        let mut calls = HelpCalls::default();
+        let mut calls = HelpCalls::new(TICK);
         // Everything queued is in the caller's own hands: no call, and none counted.
         assert!(!calls.may_call(1_000_000, || false));
         assert!(calls.may_call(1_000_001, || true));
@@ -493,11 +516,12 @@ mod tests {
 
     #[test]
     fn a_late_worker_calls_at_most_once_every_behind() {
-        let mut calls = HelpCalls::default();
+        let mut calls = HelpCalls::new(TICK);
+        let behind = calls.behind;
         let start = 5_000_000;
         assert!(calls.may_call(start, || true));
         let mut asked = false;
-        assert!(!calls.may_call(start + BEHIND - 1, || {
+        assert!(!calls.may_call(start + behind - 1, || {
             asked = true;
             true
         }));
@@ -505,8 +529,16 @@ mod tests {
             !asked,
             "the queues are not read while the time forbids a call"
         );
-        assert!(calls.may_call(start + BEHIND, || true));
+        assert!(calls.may_call(start + behind, || true));
         // A clock read that went backwards (another CPU's) does not allow a call either.
         assert!(!calls.may_call(start, || true));
+    }
+
+    #[test]
+    fn a_run_is_behind_after_half_a_tick_within_bounds() {
+        assert_eq!(HelpCalls::new(1_000_000).behind, 500_000);
+        assert_eq!(HelpCalls::new(400_000).behind, 200_000);
+        assert_eq!(HelpCalls::new(10_000).behind, BEHIND_MIN);
+        assert_eq!(HelpCalls::new(3_600_000_000_000).behind, BEHIND_MAX);
     }
 }
