@@ -39,6 +39,14 @@ use crate::sync::{self, AtomicU64, AtomicUsize, Ordering};
 /// Slots [`FreeMap::put`] prefetches ahead of the one it sets.
 const PUT_AHEAD: usize = 8;
 
+/// Where one slot's bit lives: its segment's bits, the word there, and the bit in it.
+#[derive(Clone, Copy)]
+struct BitPlace<'a> {
+    bits: &'a SegmentBits,
+    word: usize,
+    mask: u64,
+}
+
 /// One segment's bits (see the module doc).
 struct SegmentBits {
     words: Box<[AtomicU64]>,
@@ -152,16 +160,23 @@ impl FreeMap {
     /// the map, and a locked read-modify-write of a word not in cache holds the core until
     /// its line arrives. So each word is prefetched [`PUT_AHEAD`] slots before it is set, and
     /// the misses overlap.
+    ///
+    /// Each slot's word is located once, when it is prefetched, and kept in a window of
+    /// [`PUT_AHEAD`] until its bit is set: a worker gives back a slot for every timer it ends.
     pub(crate) fn put(&self, slots: &[u32]) {
-        slots
-            .iter()
-            .take(PUT_AHEAD)
-            .for_each(|&slot| self.prefetch_word(slot));
-        for (i, &slot) in slots.iter().enumerate() {
-            if let Some(&ahead) = slots.get(i + PUT_AHEAD) {
-                self.prefetch_word(ahead);
+        let mut window: [Option<BitPlace<'_>>; PUT_AHEAD] = [None; PUT_AHEAD];
+        for (place, &slot) in window.iter_mut().zip(slots) {
+            *place = Some(self.place_prefetched(slot));
+        }
+        for i in 0..slots.len() {
+            let place = &mut window[i % PUT_AHEAD];
+            let current = place.take();
+            *place = slots
+                .get(i + PUT_AHEAD)
+                .map(|&ahead| self.place_prefetched(ahead));
+            if let Some(current) = current {
+                current.bits.put(current.word, current.mask);
             }
-            self.set_bits(slot, 1 << (slot % 64));
         }
         self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
     }
@@ -184,11 +199,17 @@ impl FreeMap {
         (slot >> self.segment_shift, within / 64)
     }
 
-    /// Starts loading the word of `slot` into this core's cache, if its segment has bits.
-    fn prefetch_word(&self, slot: u32) {
+    /// Where `slot`'s bit lives (its segment's bits made now if need be), its word already
+    /// on its way into this core's cache.
+    #[inline]
+    fn place_prefetched(&self, slot: u32) -> BitPlace<'_> {
         let (segment, word) = self.locate(slot);
-        if let Some(bits) = self.segments[segment].get() {
-            sync::prefetch(&bits.words[word]);
+        let bits = self.bits(segment);
+        sync::prefetch(&bits.words[word]);
+        BitPlace {
+            bits,
+            word,
+            mask: 1 << (slot % 64),
         }
     }
 
