@@ -253,8 +253,8 @@ impl Clock {
         } else {
             real_now
         };
-        let start = u128::from(tick) * u128::from(self.tick.d);
-        u64::try_from(u128::from(now).saturating_sub(start)).unwrap_or(u64::MAX)
+        // A start past u64::MAX nanoseconds is after any `now`: saturating keeps it there.
+        now.saturating_sub(tick.saturating_mul(self.tick.d))
     }
 
     /// Real nanoseconds since the origin, whatever the clock: for measuring how long work took.
@@ -613,6 +613,17 @@ mod tests {
             1_000_000,
             "virtual, whatever the real time"
         );
+    }
+
+    #[test]
+    fn lateness_is_how_far_now_is_past_the_tick_start() {
+        let clock = Clock::new(Duration::from_millis(1));
+        assert_eq!(clock.lateness(3, 3_250_000), 250_000);
+        assert_eq!(clock.lateness(3, 3_000_000), 0);
+        assert_eq!(clock.lateness(4, 3_250_000), 0, "before the tick: not late");
+        // A tick whose start lies past u64::MAX nanoseconds is never reached.
+        assert_eq!(clock.lateness(u64::MAX / 1_000_000 + 1, u64::MAX), 0);
+        assert_eq!(clock.lateness(u64::MAX / 1_000_000, u64::MAX), 551_615);
     }
 
     #[test]
