@@ -355,9 +355,7 @@ fn panicked(
     drop_payload(payload, &core.drop_panics);
 }
 
-/// Counts and samples a run about to start, and measures the worker's previous one. Inlined:
-/// it runs once a timer, and a call's saving and restoring of registers was a tenth of it.
-#[inline]
+/// Counts and samples a run about to start, and measures the worker's previous one.
 fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
     let stats = &core.executor.workers[own.index];
     let started = own.stopwatch.real_nanos(&core.clock);
