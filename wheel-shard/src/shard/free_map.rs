@@ -161,21 +161,21 @@ impl FreeMap {
     /// its line arrives. So each word is prefetched [`PUT_AHEAD`] slots before it is set, and
     /// the misses overlap.
     ///
-    /// Each slot's word is located once, when it is prefetched, and kept in a window of
-    /// [`PUT_AHEAD`] until its bit is set: a worker gives back a slot for every timer it ends.
+    /// Each slot's word is located once, when it is prefetched, and waits in a window of
+    /// [`PUT_AHEAD`] places until its bit is set (this runs once for every timer a worker
+    /// ends, so locating a word twice was a third of it).
     pub(crate) fn put(&self, slots: &[u32]) {
         let mut window: [Option<BitPlace<'_>>; PUT_AHEAD] = [None; PUT_AHEAD];
         for (place, &slot) in window.iter_mut().zip(slots) {
             *place = Some(self.place_prefetched(slot));
         }
         for i in 0..slots.len() {
-            let place = &mut window[i % PUT_AHEAD];
-            let current = place.take();
-            *place = slots
+            let ahead = slots
                 .get(i + PUT_AHEAD)
-                .map(|&ahead| self.place_prefetched(ahead));
-            if let Some(current) = current {
-                current.bits.put(current.word, current.mask);
+                .map(|&slot| self.place_prefetched(slot));
+            // Slot `i`'s place went into this entry PUT_AHEAD slots ago (or before the loop).
+            if let Some(place) = std::mem::replace(&mut window[i % PUT_AHEAD], ahead) {
+                place.bits.put(place.word, place.mask);
             }
         }
         self.free.fetch_add(slots.len() as u64, Ordering::Relaxed);
