@@ -9,15 +9,15 @@
 //! cargo run --release -p wheel-bench --example wake_cost -- [WAKE_UPS]
 //! ```
 //!
-//! Linux only (it reads `/proc/thread-self/schedstat` and pins with `sched_setaffinity`).
+//! Linux only (it pins with `sched_setaffinity`).
 
 use std::time::Duration;
 
-use wheel_bench::wake_floor::{thread_cpu_ns, timed_sleep, wake};
+use wheel_bench::wake_floor::{this_thread_cpu_ns, timed_sleep, wake};
 
 fn main() {
-    if thread_cpu_ns().is_none() {
-        eprintln!("/proc/thread-self/schedstat cannot be read: Linux only");
+    if this_thread_cpu_ns().is_none() {
+        eprintln!("this thread's CPU clock cannot be read here");
         std::process::exit(1);
     }
     let wake_ups: u32 = std::env::args()

@@ -8,7 +8,8 @@
 //! exits to the host and back. This project's VMs have charged 20–60 µs a timed sleep, which at
 //! a million timers a second is 20–60 ns a timer of a tick thread's CPU before it does anything.
 //!
-//! Two measurements, each the CPU time of the threads involved (their `schedstat` run time):
+//! Two measurements, each the CPU time of the threads involved (each thread's own CPU clock,
+//! [`this_thread_cpu_ns`]):
 //!
 //! - **timed sleep**: a thread sleeps until each next millisecond (`park_timeout`, as a tick
 //!   thread sleeps) and works 50 µs when it wakes; its CPU per wake-up less the 50 µs;
@@ -19,12 +20,15 @@
 //! Each price is the median of three measurements, so one stretch of host noise does not set
 //! it.
 //!
-//! Linux only: it reads `/proc/thread-self/schedstat` and pins with `sched_setaffinity`.
+//! Linux only: it pins with `sched_setaffinity`.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+/// The clock every measurement here reads: a thread's CPU time so far, in nanoseconds.
+pub use crate::host::proc::this_thread_cpu_ns;
 
 /// What a sleep and a wake-up cost on this machine, in CPU nanoseconds beyond the work.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -57,7 +61,7 @@ const WAKER_WORK: Duration = Duration::from_micros(200);
 
 /// Measures this machine's prices (about 1.5 s); `None` where the CPU times cannot be read.
 pub fn wake_prices() -> Option<WakePrices> {
-    thread_cpu_ns()?;
+    this_thread_cpu_ns()?;
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let wakee_cpu = usize::from(cpus > 1);
     let sleeps = median((0..REPEATS).map(|_| timed_sleep(WAKE_UPS, SLEEPER_WORK)))?;
@@ -77,16 +81,6 @@ fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied()
-}
-
-/// This thread's CPU time so far, in nanoseconds (`schedstat`'s run time).
-pub fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Spins for `d` of real time.
@@ -113,7 +107,7 @@ fn pin(cpu: usize) {
 /// stays as it was.
 pub fn timed_sleep(wake_ups: u32, busy: Duration) -> f64 {
     std::thread::spawn(move || {
-        let before = thread_cpu_ns().unwrap_or(0);
+        let before = this_thread_cpu_ns().unwrap_or(0);
         let start = Instant::now();
         for i in 1..=wake_ups {
             let next = start + Duration::from_millis(u64::from(i));
@@ -123,7 +117,7 @@ pub fn timed_sleep(wake_ups: u32, busy: Duration) -> f64 {
             }
             work(busy);
         }
-        let spent = thread_cpu_ns().unwrap_or(0).saturating_sub(before) as f64;
+        let spent = this_thread_cpu_ns().unwrap_or(0).saturating_sub(before) as f64;
         spent / f64::from(wake_ups.max(1)) - busy.as_nanos() as f64
     })
     .join()
@@ -137,7 +131,7 @@ pub fn wake(wake_ups: u32, busy: Duration, wakee_cpu: usize) -> Option<(f64, f64
     let theirs = Arc::clone(&shared);
     let wakee = std::thread::spawn(move || {
         pin(wakee_cpu);
-        let before = thread_cpu_ns().unwrap_or(0);
+        let before = this_thread_cpu_ns().unwrap_or(0);
         let (lock, woken) = &*theirs;
         let (mut seen, mut count) = (0, 0u32);
         let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
@@ -152,14 +146,14 @@ pub fn wake(wake_ups: u32, busy: Duration, wakee_cpu: usize) -> Option<(f64, f64
             count += 1;
         }
         drop(state);
-        let spent = thread_cpu_ns().unwrap_or(0).saturating_sub(before) as f64;
+        let spent = this_thread_cpu_ns().unwrap_or(0).saturating_sub(before) as f64;
         spent / f64::from(count.max(1))
     });
     let waker = std::thread::spawn(move || {
         pin(0);
         std::thread::sleep(Duration::from_millis(10));
         let (lock, woken) = &*shared;
-        let before = thread_cpu_ns().unwrap_or(0);
+        let before = this_thread_cpu_ns().unwrap_or(0);
         let mut worked = Duration::ZERO;
         for _ in 0..wake_ups {
             let start = Instant::now();
@@ -168,7 +162,7 @@ pub fn wake(wake_ups: u32, busy: Duration, wakee_cpu: usize) -> Option<(f64, f64
             lock.lock().unwrap_or_else(PoisonError::into_inner).0 += 1;
             woken.notify_one();
         }
-        let spent = thread_cpu_ns().unwrap_or(0).saturating_sub(before);
+        let spent = this_thread_cpu_ns().unwrap_or(0).saturating_sub(before);
         let waker = spent.saturating_sub(worked.as_nanos() as u64) as f64;
         lock.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
         woken.notify_one();
@@ -191,7 +185,7 @@ mod tests {
     #[test]
     fn prices_are_measured_and_plausible() {
         let Some(prices) = wake_prices() else {
-            eprintln!("SKIPPED: /proc/thread-self/schedstat cannot be read here");
+            eprintln!("SKIPPED: this thread's CPU clock cannot be read here");
             return;
         };
         // A sleep and a wake-up cost something, and far less than the millisecond period
