@@ -395,13 +395,14 @@ async fn reset_moves_a_sleep_pending_or_completed() {
     let waiter = tokio::spawn(async move {
         let mut sleep = timers.sleep(Duration::from_secs(1));
         let _ = poll_once(&mut sleep).await;
-        tx.send(()).unwrap();
-        // Wait until woken by the reset sleep's timer.
-        let start_polls = std::sync::atomic::AtomicUsize::new(0);
+        // Wait until woken by the reset sleep's timer. The test's clock moves only once the
+        // reset is made (at virtual 0 s, so due at 3 s): told before it, the test could
+        // advance first and the reset would count from 2 s.
+        let mut tx = Some(tx);
         poll_fn(|cx| {
-            start_polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if start_polls.load(std::sync::atomic::Ordering::SeqCst) == 1 {
+            if let Some(tx) = tx.take() {
                 sleep.reset(Duration::from_secs(3));
+                tx.send(()).unwrap();
             }
             Pin::new(&mut sleep).poll(cx)
         })
