@@ -184,6 +184,9 @@ pub struct Counters {
     pub open: AtomicU64,
     /// `accept` calls that failed (out of descriptors, say); each one backs off.
     pub accept_errors: AtomicU64,
+    /// Reads and writes that moved bytes and pushed their connection's idle deadline back (a
+    /// count of events over all connections; a move after the idle timer fired is not one).
+    pub idle_pushed_back: AtomicU64,
 }
 
 /// What [`Proxy::run_until`] hands back: the service's stats after the last connection closed.
@@ -237,6 +240,7 @@ fn raise_on_fire(alarm: &Arc<Alarm>, reason: CloseReason) -> impl FnOnce() + Sen
 struct ConnTimers {
     timers: TimerService,
     limits: Limits,
+    counters: Arc<Counters>,
     alarm: Arc<Alarm>,
     idle: TimerId,
     request: Mutex<Option<TimerId>>,
@@ -245,12 +249,17 @@ struct ConnTimers {
 impl ConnTimers {
     /// Runs in the accept loop: `try_schedule`, because waiting for room in a full ring would
     /// block a runtime thread (and every connection on it) for up to `saturation_timeout`.
-    fn start(timers: &TimerService, limits: Limits) -> Result<ConnTimers, ScheduleError> {
+    fn start(
+        timers: &TimerService,
+        limits: Limits,
+        counters: &Arc<Counters>,
+    ) -> Result<ConnTimers, ScheduleError> {
         let alarm = Arc::new(Alarm::default());
         let idle = timers.try_schedule(limits.idle, raise_on_fire(&alarm, CloseReason::Idle))?;
         Ok(ConnTimers {
             timers: timers.clone(),
             limits,
+            counters: Arc::clone(counters),
             alarm,
             idle,
             request: Mutex::new(None),
@@ -260,7 +269,13 @@ impl ConnTimers {
     /// Bytes moved: push the idle deadline back. A `false` from `reschedule` means the timer
     /// fired already; the alarm is raised and the task is closing the connection.
     fn touch(&self) {
-        self.timers.reschedule(self.idle, self.limits.idle);
+        if self.timers.reschedule(self.idle, self.limits.idle) {
+            // Counted after the deadline moved, so whoever sees the count sees a deadline at
+            // least `idle` after the move.
+            self.counters
+                .idle_pushed_back
+                .fetch_add(1, Ordering::Release);
+        }
     }
 
     /// The client sent bytes: start the request deadline unless one is already running (the
@@ -534,7 +549,7 @@ impl Proxy {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match ConnTimers::start(&self.shared.timers, self.shared.limits) {
+        match ConnTimers::start(&self.shared.timers, self.shared.limits, counters) {
             Ok(conn) => {
                 let open = OpenConnection::new(counters);
                 connections.spawn(serve(client, conn, Arc::clone(&self.shared), open));
@@ -622,7 +637,7 @@ pub fn print_report(report: &Report) {
     println!(
         "connections: accepted {}, refused over max-connections {}, closed idle {}, \
          closed on request timeout {}, closed by a peer {}, failed {}, cut by the stop {}, \
-         still open {}, accept errors {}",
+         still open {}, accept errors {}, idle deadlines pushed back {}",
         count(&counters.accepted),
         count(&counters.refused),
         count(&counters.closed_idle),
@@ -632,6 +647,7 @@ pub fn print_report(report: &Report) {
         count(&counters.closed_by_stop),
         count(&counters.open),
         count(&counters.accept_errors),
+        count(&counters.idle_pushed_back),
     );
     println!(
         "timers: scheduled {}, fired {}, cancelled {}, rejected {}, pending {}, tick-thread wake-ups {}",
