@@ -1,12 +1,14 @@
 //! [`Cells`]: the cell array the bounded rings are built on (the pending ring, `ring.rs`, the
 //! lane, `lane.rs`, and the executor's hand-out ring), the counting that says whose turn a
-//! cell is, and the single consumer's side the first two share.
+//! cell is, and the pending ring's single consumer side.
 //!
 //! Every cell carries a sequence number that counts from the cell's own index. The cell of
 //! position `p` (at index `p mod capacity`) is "free for `p`" while its sequence is the
 //! position the lap of `p` starts at ([`Cells::free_for`]), and "full for `p`" at one more
 //! ([`Cells::full_for`]); whoever moves the value out frees the cell for `p + capacity`
 //! ([`Cells::next_lap`]). A cell that still says "full" for the previous lap is a full ring.
+//! (The lane's consumer frees no cell: its one producer counts free cells from the consumer's
+//! position instead, and reads only "full for `p`", which differs every lap; see `lane.rs`.)
 //! Every cell of a new array is free for lap 0, so a new array is all zero bytes: it comes
 //! zeroed from the allocator, and its pages cost memory only once values reach them.
 

@@ -8,6 +8,16 @@
 //! A lane has one producer, so a push is plain stores: the value, the cell's sequence
 //! (Release, which hands the cell to the tick thread) and the count of pushes.
 //!
+//! Unlike the shared ring's, a lane's consumer never writes a cell: it reads the value and
+//! moves its `head` on, and the holder knows which cells are free from `head`, which it reads
+//! only once its last reading's room is used up (a lap at a time while the consumer keeps
+//! up). So a cell's line goes from the holder to the tick thread and back with one transfer
+//! each way and no load by the holder on its way: a cell the consumer had written back would
+//! come back modified, and the holder's read of its sequence would wait for that transfer
+//! before each line's first push. A cell's sequence says "full" for the position last
+//! pushed there ([`Cells::full_for`]), which differs for every lap, so the consumer tells a
+//! new value from the one it took a lap ago without the cell being freed in between.
+//!
 //! Ground rules:
 //! - **One holder at a time.** A producer thread takes a free lane ([`LaneHold::try_take`])
 //!   once it has scheduled a few batches on the shard, at a refill of its table cache (see
@@ -37,11 +47,22 @@ use crossbeam_utils::CachePadded;
 use super::cells::{Cells, RingRefused};
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
+/// Cells past the tail whose line a push asks for: a few lines ahead, so that each line is on
+/// its way from the tick thread's cache before the holder writes it. A push only stores to its
+/// cell, and stores do not start the hardware's prefetch as a stream of loads does: without
+/// this, every line's first store waits for the line (docs/performance.md, thirty-fifth
+/// session).
+const PUSH_PREFETCH_AHEAD: u64 = 8;
+
 /// A single-producer, single-consumer bounded ring with a holder (see the module doc).
 pub(crate) struct Lane<T> {
     cells: Cells<T>,
     /// Pushes so far (the next position). Written by the holder only.
     tail: CachePadded<AtomicU64>,
+    /// One past the last position the holder knows to be free: `head` as it last read it,
+    /// plus the capacity. Used by the holder only (the next holder takes it over through the
+    /// hold's Acquire); an atomic so the lane stays `Sync`.
+    room_until: AtomicU64,
     /// The next position to take. Written by the consumer only.
     head: CachePadded<AtomicU64>,
     /// Which producer thread holds the lane: shared with that thread's table cache, which
@@ -92,6 +113,7 @@ impl<T> Lane<T> {
         Ok(Lane {
             cells: Cells::try_new(capacity)?,
             tail: CachePadded::new(AtomicU64::new(0)),
+            room_until: AtomicU64::new(0),
             head: CachePadded::new(AtomicU64::new(0)),
             hold: Arc::new(LaneHold {
                 held: AtomicBool::new(false),
@@ -116,22 +138,32 @@ impl<T> Lane<T> {
     #[inline]
     pub(crate) fn try_push(&self, value: T) -> Result<u64, T> {
         let tail = self.tail.load(Ordering::Relaxed);
-        let cell = self.cells.at(tail);
-        let lap = self.cells.free_for(tail);
-        if cell.sequence.load(Ordering::Acquire) != lap {
-            // The cell still holds the value from one lap ago.
+        if tail >= self.room_until.load(Ordering::Relaxed) && !self.has_room_at(tail) {
             return Err(value);
         }
-        // SAFETY: the holder alone pushes, and the sequence said the consumer has finished
-        // with the cell, so no one else touches it until the Release store below hands it to
-        // the consumer.
+        let cell = self.cells.at(tail);
+        crate::sync::prefetch_for_write(self.cells.at(tail + PUSH_PREFETCH_AHEAD));
+        // SAFETY: the holder alone pushes, and `head` said the consumer has moved the value of
+        // one lap ago out of this cell, so no one else touches it until the Release store
+        // below hands it to the consumer.
         unsafe { cell.write(value) };
         cell.sequence
-            .store(Cells::<T>::full_after(lap), Ordering::Release);
+            .store(self.cells.full_for(tail), Ordering::Release);
         // Release: a reader of the count (`pending()`) that counts this push sees what came
         // before it, as the shared ring's count is read.
         self.tail.store(tail + 1, Ordering::Release);
         Ok(tail)
+    }
+
+    /// Holder: reads the consumer's `head` again and notes the room it leaves; whether the
+    /// cell of `position` is free.
+    #[cold]
+    fn has_room_at(&self, position: u64) -> bool {
+        // Acquire: the consumer moved every value before `head` out of its cell before it
+        // published `head` (Release), so those cells may be written again.
+        let room_until = self.head.load(Ordering::Acquire) + self.cells.len() as u64;
+        self.room_until.store(room_until, Ordering::Relaxed);
+        position < room_until
     }
 
     /// Holder, after a push and [`crate::sync::light_barrier`]: whether the lane was closed.
@@ -155,7 +187,18 @@ impl<T> Lane<T> {
 
     /// Consumer: takes the oldest value, if it has been published.
     pub(crate) fn pop(&self) -> Option<T> {
-        self.cells.pop_at(&self.head)
+        let position = self.head.load(Ordering::Relaxed);
+        let cell = self.cells.at(position);
+        if cell.sequence.load(Ordering::Acquire) != self.cells.full_for(position) {
+            return None;
+        }
+        // SAFETY: "full for `position`" means the holder wrote the value and published it
+        // with Release, which our Acquire load saw; only the single consumer reads a published
+        // cell, once, and the holder writes it again only after the `head` store below.
+        let value = unsafe { cell.take() };
+        // Release: hands the cell back to the holder (see `Lane::has_room_at`).
+        self.head.store(position + 1, Ordering::Release);
+        Some(value)
     }
 
     /// Consumer: whether [`Lane::pop`] has a published value to take.
@@ -324,6 +367,67 @@ mod loom_models {
         };
         waker.set_thread(handle.thread().clone());
         (waker, handle)
+    }
+
+    /// Pushes `values` as the holder, retrying while the lane is full.
+    fn push_all(lane: &Lane<u64>, values: std::ops::Range<u64>) {
+        for v in values {
+            while lane.try_push(v).is_err() {
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// Pops `count` values as the consumer, in order from `first`.
+    fn pop_all(lane: &Lane<u64>, first: u64, count: u64) {
+        for v in first..first + count {
+            loop {
+                if let Some(got) = lane.pop() {
+                    assert_eq!(got, v);
+                    break;
+                }
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// A holder laps a two-cell lane while the consumer takes: the holder writes a cell only
+    /// after the consumer's `head` says its last value is out (loom's cells report a write
+    /// racing the take), and every value arrives once, in order.
+    #[test]
+    fn the_holder_reuses_a_cell_only_after_the_consumer_took_it() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::<u64>::try_new(2).unwrap());
+            assert!(lane.hold().try_take());
+            let consumer = {
+                let lane = Arc::clone(&lane);
+                thread::spawn(move || pop_all(&lane, 0, 3))
+            };
+            push_all(&lane, 0..3);
+            consumer.join().unwrap();
+            assert!(lane.is_empty());
+        });
+    }
+
+    /// The lane changes holders while full: the next holder goes on from the room the first
+    /// one read, and reads `head` again before it writes a cell the consumer still holds.
+    #[test]
+    fn the_next_holder_takes_over_the_room_it_may_use() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::<u64>::try_new(2).unwrap());
+            assert!(lane.hold().try_take());
+            push_all(&lane, 0..2);
+            lane.hold().let_go();
+            let next = {
+                let lane = Arc::clone(&lane);
+                thread::spawn(move || {
+                    assert!(lane.hold().try_take());
+                    push_all(&lane, 2..3);
+                })
+            };
+            pop_all(&lane, 0, 3);
+            next.join().unwrap();
+        });
     }
 
     /// The holder pushes and nudges while the tick thread plans an idle sleep.
