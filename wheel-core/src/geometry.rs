@@ -37,33 +37,33 @@ impl Geometry {
     /// The levels whose slots are at most 2^32 ticks wide, so that every deadline in a slot
     /// agrees with the slot's first tick above the low 32 bits (what lets a slot's array keep
     /// only those: see `Stored`). With 64 slots: 6 levels, spanning 2^36 ticks.
-    pub(crate) fn levels(self) -> usize {
+    pub(crate) fn levels(&self) -> usize {
         (32 / self.bits).min(63 / self.bits) as usize + 1
     }
 
     /// Bits of a tick that the levels span: a deadline whose higher bits differ from the
     /// clock's lies beyond the top level. 33 to 40.
-    pub(crate) fn span_bits(self) -> u32 {
+    pub(crate) fn span_bits(&self) -> u32 {
         self.bits * self.levels() as u32
     }
 
-    pub(crate) fn slots(self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         1 << self.bits
     }
 
-    fn shift(self, level: usize) -> u32 {
+    fn shift(&self, level: usize) -> u32 {
         self.bits * level as u32
     }
 
     /// Digit `level` of `tick`: its slot on that level.
-    pub(crate) fn slot_for(self, level: usize, tick: u64) -> usize {
+    pub(crate) fn slot_for(&self, level: usize, tick: u64) -> usize {
         ((tick >> self.shift(level)) & (self.slots() as u64 - 1)) as usize
     }
 
     /// The (level, slot) where an entry due at `deadline` belongs when the clock reads `now`:
     /// the current level-0 slot if it is due already. The level may be past the wheel's last
     /// ([`Geometry::levels`]): the entry then waits outside the levels.
-    pub(crate) fn place(self, now: u64, deadline: u64) -> (usize, usize) {
+    pub(crate) fn place(&self, now: u64, deadline: u64) -> (usize, usize) {
         if deadline <= now {
             return (0, self.slot_for(0, now));
         }
@@ -73,14 +73,14 @@ impl Geometry {
 
     /// The level for `deadline` seen from `now` (`deadline > now`): the level of the highest
     /// digit in which they differ.
-    pub(crate) fn level_for(self, now: u64, deadline: u64) -> usize {
+    pub(crate) fn level_for(&self, now: u64, deadline: u64) -> usize {
         let significant = 63 - ((now ^ deadline) | (self.slots() as u64 - 1)).leading_zeros();
         self.level_of_bit[significant as usize] as usize
     }
 
     /// The first tick of `level`'s next rotation after the one that contains `now` (`None`
     /// past `u64`).
-    pub(crate) fn next_rotation(self, level: usize, now: u64) -> Option<u64> {
+    pub(crate) fn next_rotation(&self, level: usize, now: u64) -> Option<u64> {
         let span_bits = self.shift(level) + self.bits;
         if span_bits >= 64 {
             return None;
@@ -89,7 +89,7 @@ impl Geometry {
     }
 
     /// The first tick of `level`'s rotation that contains `tick`.
-    pub(crate) fn rotation_start(self, level: usize, tick: u64) -> u64 {
+    pub(crate) fn rotation_start(&self, level: usize, tick: u64) -> u64 {
         let span_bits = self.shift(level) + self.bits;
         if span_bits >= 64 {
             0
@@ -99,7 +99,7 @@ impl Geometry {
     }
 
     /// The first tick of `slot` on `level`, in the rotation that contains `now`.
-    pub(crate) fn slot_start(self, level: usize, slot: usize, now: u64) -> u64 {
+    pub(crate) fn slot_start(&self, level: usize, slot: usize, now: u64) -> u64 {
         self.rotation_start(level, now) | ((slot as u64) << self.shift(level))
     }
 }
