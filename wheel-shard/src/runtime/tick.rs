@@ -21,7 +21,7 @@ use wheel_core::Wheel;
 use crate::executor::Run;
 use crate::runtime::core::Core;
 use crate::shard::{
-    ticket_of, Notice, Placement, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
+    ticket_of, Notice, Placement, PopTurn, Shard, ShardWheel, TimerRef, CLEANUP_TICKS, IDLE,
     PREFAULT_AHEAD_BYTES,
 };
 
@@ -73,8 +73,8 @@ pub(crate) struct ShardTick<'a> {
     sweep_left: usize,
     /// Commands moved from the ring since the thread last slept: a flood while it is large.
     moved_since_sleep: usize,
-    /// Whether the shard's lane goes before its shared ring at the next move (`Shard::pop_new`).
-    lane_first: bool,
+    /// Where the moves from the shard's rings stand (`Shard::pop_new`).
+    pop_turn: PopTurn,
     /// `wheel.chunk_bytes_written()` when the wheel's next fresh memory was last posted for an idle
     /// worker to make resident (`shard/prefault.rs`); `None` before the first post, or when
     /// the workers do not prepare memory.
@@ -120,7 +120,7 @@ impl<'a> ShardTick<'a> {
             stale: 0,
             sweep_left: 0,
             moved_since_sleep: 0,
-            lane_first: false,
+            pop_turn: PopTurn::default(),
             posted_at: None,
             table_low_at: None,
         }
@@ -266,8 +266,9 @@ impl<'a> ShardTick<'a> {
         }
         let limit = self.budget_left.min(TRANSFER_CHUNK);
         let mut moved = 0;
+        self.pop_turn.restart();
         while moved < limit {
-            let Some(placement) = self.shard.pop_new(&mut self.lane_first) else {
+            let Some(placement) = self.shard.pop_new(&mut self.pop_turn) else {
                 break;
             };
             self.place(placement);
@@ -468,6 +469,69 @@ mod tests {
         );
         assert_eq!(tick.wheel.len(), TRANSFER_CHUNK, "one chunk moved");
         assert_eq!(shard.ring.len(), 11, "the main ring's last ones wait");
+    }
+
+    /// The lane and the shared ring take turns of `POP_TURN` pops, a turn that finds its
+    /// source empty goes on with the other, and every turn looks at the ring for timers due
+    /// soon first.
+    #[test]
+    fn new_timers_come_from_the_lane_and_the_ring_in_turns_due_soon_first() {
+        use crate::shard::POP_TURN;
+        let core = core();
+        let shard = &core.shards[0];
+        let Some(lane) = shard.lane() else {
+            eprintln!("skipped: no lane on this platform (no heavy barrier)");
+            return;
+        };
+        assert!(lane.hold().try_take());
+        let turn = POP_TURN as u64;
+        let (from_lane, from_ring) = (1_000_000, 2_000_000);
+        for i in 0..3 * turn {
+            lane.try_push(Placement {
+                deadline: from_lane + i,
+                slot: 0,
+            })
+            .unwrap();
+        }
+        for i in 0..turn - 1 {
+            shard
+                .ring
+                .try_push(Placement {
+                    deadline: from_ring + i,
+                    slot: 0,
+                })
+                .unwrap();
+        }
+        let mut pop_turn = PopTurn::default();
+        let mut pop = || shard.pop_new(&mut pop_turn).map(|p| p.deadline);
+        let source = |deadline: u64| {
+            if deadline >= from_ring {
+                "ring"
+            } else {
+                "lane"
+            }
+        };
+        let first: Vec<_> = (0..turn).map(|_| source(pop().unwrap())).collect();
+        assert!(first.iter().all(|&s| s == first[0]), "one source a turn");
+        // Due soon, queued mid-turn: taken at the start of the next turn.
+        shard
+            .urgent
+            .try_push(Placement {
+                deadline: 7,
+                slot: 0,
+            })
+            .unwrap();
+        assert_eq!(pop(), Some(7), "the ring for timers due soon first");
+        let second: Vec<_> = (1..turn).map(|_| source(pop().unwrap())).collect();
+        assert!(
+            second.iter().all(|&s| s != first[0]),
+            "then the other source"
+        );
+        // The ring is empty now: the rest of the lane, in the ring's turns too.
+        let rest: Vec<_> = std::iter::from_fn(&mut pop).collect();
+        assert_eq!(rest.len() as u64, 2 * turn);
+        assert!(rest.iter().all(|&d| source(d) == "lane"));
+        assert!(rest.windows(2).all(|w| w[0] < w[1]), "in order");
     }
 
     #[test]

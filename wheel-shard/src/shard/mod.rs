@@ -120,6 +120,36 @@ pub(crate) const URGENT_CAPACITY: usize = 1024;
 /// thread's work.
 pub(crate) const URGENT_BACKLOG: usize = 1024;
 
+/// Pops of new timers [`Shard::pop_new`] takes from one source before it looks at the ring for
+/// timers due soon again and turns to the other source first: a few microseconds of the tick
+/// thread's work.
+pub(crate) const POP_TURN: u32 = 64;
+
+/// The tick thread's place in [`Shard::pop_new`]'s turns, kept from one pop to the next.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PopTurn {
+    /// Pops left in this turn; 0 begins a new one at the next pop.
+    left: u32,
+    /// Whether the ring for timers due soon may still hold some this turn.
+    urgent: bool,
+    /// Whether the lane goes before the shared ring.
+    lane_first: bool,
+}
+
+impl PopTurn {
+    /// A new turn at the next pop, which looks at the ring for timers due soon first: at the
+    /// start of every pass, so that a pass takes what is due soon before anything else.
+    pub(crate) fn restart(&mut self) {
+        self.left = 0;
+    }
+
+    fn begin(&mut self) {
+        self.left = POP_TURN;
+        self.urgent = true;
+        self.lane_first = !self.lane_first;
+    }
+}
+
 /// A new timer due within this long of the tick thread's last pass goes to the ring for
 /// timers due soon: about as long as a reference can wait in a full ring during a burst.
 const URGENT_WITHIN: Duration = Duration::from_millis(32);
@@ -362,22 +392,42 @@ impl Shard {
         self.tick_seen.store(tick, Ordering::Relaxed);
     }
 
-    /// Tick thread: the oldest new timer, from the ring for timers due soon first, then from
-    /// the lane and the shared ring in turns: `lane_first` (the tick thread's, flipped here)
-    /// says whose turn it is, so neither starves the other.
-    pub(crate) fn pop_new(&self, lane_first: &mut bool) -> Option<Placement> {
-        if let Some(timer) = self.urgent.pop() {
-            return Some(timer);
+    /// Tick thread: the next new timer, from the ring for timers due soon first, then from the
+    /// lane and the shared ring in turns of [`POP_TURN`] (see [`PopTurn`]), so that neither
+    /// starves the other and a pop does not first look into a source that is empty.
+    #[inline]
+    pub(crate) fn pop_new(&self, turn: &mut PopTurn) -> Option<Placement> {
+        if turn.left == 0 {
+            turn.begin();
+        }
+        turn.left -= 1;
+        if turn.urgent {
+            if let Some(timer) = self.urgent.pop() {
+                return Some(timer);
+            }
+            turn.urgent = false;
         }
         let Some(lane) = &self.lane else {
             return self.ring.pop();
         };
-        *lane_first = !*lane_first;
-        if *lane_first {
-            lane.pop().or_else(|| self.ring.pop())
-        } else {
-            self.ring.pop().or_else(|| lane.pop())
-        }
+        let pop_from = |from_lane: bool| {
+            if from_lane {
+                lane.pop()
+            } else {
+                self.ring.pop()
+            }
+        };
+        pop_from(turn.lane_first).or_else(|| {
+            // The preferred source is empty: the other one for the rest of the turn.
+            turn.lane_first = !turn.lane_first;
+            pop_from(turn.lane_first)
+        })
+    }
+
+    /// The lane, for tests elsewhere in the crate.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn lane(&self) -> Option<&Lane<Placement>> {
+        self.lane.as_ref()
     }
 
     /// Whether both rings and the lane of new timers are empty, as far as this thread sees
