@@ -124,18 +124,32 @@ impl<T> Cells<T> {
     /// moves `head` on. Written by the consumer only, `head` is read by producers.
     pub(crate) fn pop_at(&self, head: &AtomicU64) -> Option<T> {
         let position = head.load(Ordering::Relaxed);
+        // SAFETY: this is the single consumer, and `head` moves past `position` below.
+        let value = unsafe { self.take_published(position) }?;
+        self.at(position)
+            .sequence
+            .store(self.next_lap(position), Ordering::Release);
+        head.store(position + 1, Ordering::Release);
+        Some(value)
+    }
+
+    /// The single consumer at `position`: moves the value out of its cell if the producer has
+    /// published it. The cell still says "full"; freeing it, if the ring does, and moving past
+    /// `position` are the caller's.
+    ///
+    /// # Safety
+    /// The caller is the ring's single consumer, and takes no value at `position` again.
+    #[inline]
+    pub(crate) unsafe fn take_published(&self, position: u64) -> Option<T> {
         let cell = self.at(position);
         if cell.sequence.load(Ordering::Acquire) != self.full_for(position) {
             return None;
         }
         // SAFETY: "full for `position`" means its producer wrote the value and published it
         // with Release, which our Acquire load saw; only the single consumer reads a published
-        // cell, once, and it frees the cell only after moving the value out.
-        let value = unsafe { cell.take() };
-        cell.sequence
-            .store(self.next_lap(position), Ordering::Release);
-        head.store(position + 1, Ordering::Release);
-        Some(value)
+        // cell, once (the caller's promise), and the producer writes it again only after the
+        // consumer frees it or moves past it.
+        Some(unsafe { cell.take() })
     }
 
     /// The single consumer at `head`: whether [`Cells::pop_at`] has a published value to take.

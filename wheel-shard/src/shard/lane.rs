@@ -188,14 +188,9 @@ impl<T> Lane<T> {
     /// Consumer: takes the oldest value, if it has been published.
     pub(crate) fn pop(&self) -> Option<T> {
         let position = self.head.load(Ordering::Relaxed);
-        let cell = self.cells.at(position);
-        if cell.sequence.load(Ordering::Acquire) != self.cells.full_for(position) {
-            return None;
-        }
-        // SAFETY: "full for `position`" means the holder wrote the value and published it
-        // with Release, which our Acquire load saw; only the single consumer reads a published
-        // cell, once, and the holder writes it again only after the `head` store below.
-        let value = unsafe { cell.take() };
+        // SAFETY: the tick thread is the lane's single consumer, and `head` moves past
+        // `position` below; the holder writes the cell again only after that store.
+        let value = unsafe { self.cells.take_published(position) }?;
         // Release: hands the cell back to the holder (see `Lane::has_room_at`).
         self.head.store(position + 1, Ordering::Release);
         Some(value)
