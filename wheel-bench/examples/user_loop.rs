@@ -156,15 +156,7 @@ impl Handover {
 #[inline(always)]
 fn prefetch(line: &Line) {
     // The same hint the service's claims give (`Record::prefetch_for_write`).
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-        // SAFETY: a prefetch never faults and changes no memory; the address is that of a
-        // live reference. SSE is part of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_ET0>((line as *const Line).cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    black_box(line);
+    wheel_platform::hint::prefetch_for_write(line);
 }
 
 /// The cheapest read of "now" this machine has: the time-stamp counter, else the monotonic

@@ -143,15 +143,9 @@ impl Records {
 
     #[inline]
     fn prefetch(&self, r: &Ref) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(line) = self.lines.get(r[0] as usize) {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: a prefetch is only a hint: it never faults and changes no memory; SSE is
-            // part of the x86_64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+            wheel_platform::hint::prefetch(line);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = r;
     }
 }
 

@@ -59,7 +59,7 @@ unsafe impl<C: Zeroable + Sync> Sync for Block<C> {}
 
 /// Blocks from this size on are aligned to it and use transparent huge pages.
 #[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
+use wheel_platform::pages::HUGE_PAGE;
 
 impl<C: Zeroable> Block<C> {
     /// `len` zeroed items (at least one byte's worth), none of their pages resident yet;
@@ -101,12 +101,10 @@ impl<C: Zeroable> Block<C> {
             return None;
         }
         let start = start.cast::<u8>();
-        let offset = (HUGE_PAGE - start as usize % HUGE_PAGE) % HUGE_PAGE;
-        let first = start.wrapping_add(offset);
-        // SAFETY: `first..first + bytes` lies within the mapping (it is `HUGE_PAGE` longer
-        // than `bytes`); the advice changes how pages are supplied, not their contents. A
-        // kernel without transparent huge pages refuses it, and nothing changes.
-        unsafe { libc::madvise(first.cast(), bytes, libc::MADV_HUGEPAGE) };
+        // The mapping is `HUGE_PAGE` longer than `bytes`, so its first huge page boundary
+        // leaves room for the block, and every whole huge page of the mapping is the block's.
+        let advised = wheel_platform::pages::advise_huge_pages(start, len);
+        let first = start.wrapping_add(advised.start - start as usize);
         Some((NonNull::new(first)?, Memory::Mapped { start, len }))
     }
 

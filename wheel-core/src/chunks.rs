@@ -324,18 +324,9 @@ impl<T: Copy> Chunks<T> {
     /// hardware prefetcher following the walk cannot guess them).
     #[inline]
     pub(crate) fn prefetch(&self, id: u32) {
-        #[cfg(target_arch = "x86_64")]
         if id != NIL {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let first = (self.get(id) as *const Chunk<T>).cast::<i8>();
-            for line in (0..size_of::<Chunk<T>>()).step_by(64) {
-                // SAFETY: a prefetch is only a hint: it never faults and changes no memory, and
-                // the address lies within the chunk anyway. SSE is part of the x86_64 baseline.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(line)) };
-            }
+            wheel_platform::hint::prefetch_lines(self.get(id));
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
     }
 
     /// An empty chunk from the pool, linked to nothing; a new block when the pool is empty.

@@ -178,8 +178,12 @@ impl FiredList {
             // alone was handed (`&mut self`).
             unsafe { self.current.add(self.filled).write(index) };
             if self.filled % PER_LINE == 0 && self.filled + PER_LINE < self.room {
+                // The next line is this core's before the callback that writes it: a line
+                // written without the hint waits for memory at the worker's next locked
+                // instruction (docs/performance.md).
                 // SAFETY: as above, for the next line's first slot, also within `current`.
-                prefetch_for_write(unsafe { self.current.add(self.filled + PER_LINE) });
+                let next = unsafe { self.current.add(self.filled + PER_LINE) };
+                wheel_platform::hint::prefetch_for_write(next.as_ptr());
             }
             self.filled += 1;
             return;
@@ -240,22 +244,6 @@ impl FiredList {
         self.overflow = Vec::new();
         self.dropped = 0;
     }
-}
-
-/// Starts taking the cache line at `address` for writing, so that the list's next line is
-/// this core's before the callback that writes it: a line written without it waits for memory
-/// at the worker's next locked instruction (docs/performance.md). A hint: it never faults.
-#[inline(always)]
-fn prefetch_for_write(address: NonNull<u32>) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and changes no memory. SSE is part of the x86_64
-    // baseline.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-        _mm_prefetch::<_MM_HINT_ET0>(address.as_ptr().cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = address;
 }
 
 #[cfg(test)]

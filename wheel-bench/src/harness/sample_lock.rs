@@ -22,8 +22,8 @@
 //! that is its safety contract.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use wheel_platform::barrier;
 
 /// Spins before a waiter yields its CPU to the other side (which may be preempted).
 const SPINS_BEFORE_YIELD: u32 = 64;
@@ -120,47 +120,21 @@ fn wait(spins: &mut u32) {
 /// the rest, a full fence otherwise.
 #[inline(always)]
 fn light_barrier() {
-    if membarrier_registered() {
-        compiler_fence(Ordering::SeqCst);
+    if barrier::heavy_barrier_available() {
+        barrier::light_barrier();
     } else {
         fence(Ordering::SeqCst);
     }
 }
 
-/// The owner's half: a full memory barrier on every thread of the process.
+/// The owner's half: a full memory barrier on every thread of the process, where that is
+/// available; a full fence otherwise, matching the writing side's.
 fn heavy_barrier() {
-    fence(Ordering::SeqCst);
-    #[cfg(target_os = "linux")]
-    if membarrier_registered() {
-        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
-        // SAFETY: `membarrier` takes two integers and touches no memory of ours.
-        let status =
-            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) };
-        assert_eq!(status, 0, "membarrier after registration");
+    if barrier::heavy_barrier_available() {
+        barrier::heavy_barrier();
+    } else {
+        fence(Ordering::SeqCst);
     }
-}
-
-/// Whether this process registered for `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: asked
-/// once, on first use (Linux 4.14 and later, without a seccomp filter that forbids it).
-fn membarrier_registered() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
-            // SAFETY: as in `heavy_barrier`; registering fails cleanly where unsupported.
-            let status = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-                    0,
-                )
-            };
-            status == 0
-        }
-        #[cfg(not(target_os = "linux"))]
-        false
-    })
 }
 
 #[cfg(test)]
@@ -194,7 +168,7 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn this_machine_takes_the_asymmetric_path() {
-        assert!(membarrier_registered());
+        assert!(barrier::heavy_barrier_available());
     }
 
     /// A panic inside frees the lock, on either side.

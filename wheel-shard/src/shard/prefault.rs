@@ -66,7 +66,7 @@ impl Prefault {
             return false;
         }
         for range in std::mem::take(&mut *posted) {
-            populate_write(range);
+            wheel_platform::pages::populate_write(range);
         }
         self.populated.fetch_add(1, Ordering::Relaxed);
         true
@@ -104,52 +104,6 @@ impl Prefault {
             Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
         }
     }
-}
-
-/// Set once the kernel has said it does not know `MADV_POPULATE_WRITE` (before Linux 5.14).
-#[cfg(target_os = "linux")]
-static UNKNOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Asks the kernel to make the pages of `range` resident and writable without changing their
-/// contents. Nothing where it cannot.
-#[cfg(target_os = "linux")]
-fn populate_write(range: Range<usize>) {
-    if range.is_empty() || UNKNOWN.load(Ordering::Relaxed) {
-        return;
-    }
-    let page = page_size();
-    // madvise takes a page-aligned start: the page that holds the range's first byte, a page
-    // of the same mapping (and resident already, if the wheel wrote its earlier chunks).
-    let start = range.start & !(page - 1);
-    // SAFETY: MADV_POPULATE_WRITE writes no byte of the range: it faults the pages in as a
-    // write would (a fresh anonymous page is zeros, as the chunks there are) and leaves the
-    // contents of resident ones alone, so it cannot race with the tick thread writing them.
-    // The range lies within a live allocation of the wheel, which `Prefault::retire` keeps
-    // alive until this call returns; a failure changes nothing.
-    let done = unsafe {
-        libc::madvise(
-            start as *mut libc::c_void,
-            range.end - start,
-            libc::MADV_POPULATE_WRITE,
-        )
-    };
-    if done != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-        UNKNOWN.store(true, Ordering::Relaxed);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn populate_write(_range: Range<usize>) {}
-
-/// The size of a page (a power of two).
-#[cfg(target_os = "linux")]
-fn page_size() -> usize {
-    // SAFETY: sysconf reads a constant of the system and touches no memory of ours.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size)
-        .ok()
-        .filter(|size| size.is_power_of_two())
-        .unwrap_or(4096)
 }
 
 #[cfg(test)]
@@ -194,7 +148,7 @@ mod tests {
     #[test]
     fn populating_makes_fresh_pages_resident() {
         // A fresh anonymous mapping, none of its pages touched.
-        let len = 64 * page_size();
+        let len = 64 * wheel_platform::pages::page_size();
         // SAFETY: a new private anonymous mapping; nothing else refers to it.
         let map = unsafe {
             libc::mmap(
@@ -222,7 +176,7 @@ mod tests {
         let now = resident();
         // SAFETY: the mapping is ours and no reference to it remains.
         assert_eq!(unsafe { libc::munmap(map, len) }, 0);
-        if UNKNOWN.load(Ordering::Relaxed) {
+        if !wheel_platform::pages::populate_write_known() {
             // A kernel before 5.14: the request is refused, nothing is populated, and it is not
             // made again.
             assert_eq!(now, 0);

@@ -53,7 +53,7 @@ impl<T> ZeroedSlice<T> {
         assert!(layout.size() > 0, "a zeroed array takes memory");
         // SAFETY: the layout's size is not zero (asserted).
         let memory = NonNull::new(unsafe { System.alloc_zeroed(layout) })?;
-        advise_huge_pages(memory.as_ptr(), layout.size());
+        wheel_platform::pages::advise_huge_pages(memory.as_ptr(), layout.size());
         let skip = memory.as_ptr().align_offset(std::mem::align_of::<T>());
         // SAFETY: `layout` has room for the values after up to `align_of::<T>()` bytes of
         // padding (see `layout`), and `skip` is less than that alignment.
@@ -73,27 +73,6 @@ impl<T> ZeroedSlice<T> {
         Layout::from_size_align(values.size().checked_add(align)?, ASKED_ALIGN).ok()
     }
 }
-
-/// Size of a transparent huge page: an array asks for them over each one it covers whole.
-#[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Asks the kernel to back the whole huge pages within `len` bytes from `start` with
-/// transparent huge pages (see the module doc). A kernel without them refuses, and nothing
-/// changes.
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(start: *mut u8, len: usize) {
-    let first = (start as usize).next_multiple_of(HUGE_PAGE);
-    let end = (start as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
-    if end > first {
-        // SAFETY: `first..end` lies within the allocation of `len` bytes from `start`, which
-        // this array owns; the advice changes how its pages are supplied, not their contents.
-        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_start: *mut u8, _len: usize) {}
 
 impl<T> Deref for ZeroedSlice<T> {
     type Target = [T];
@@ -149,50 +128,16 @@ mod tests {
         assert_eq!(DROPPED.load(Ordering::Relaxed), 5);
     }
 
-    /// The `VmFlags` of the mapping that holds `address` (`/proc/self/smaps`).
-    #[cfg(target_os = "linux")]
-    fn vm_flags_at(address: usize) -> Option<String> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line
-                .split_whitespace()
-                .next()
-                .and_then(|r| r.split_once('-'));
-            if let Some((from, to)) = range {
-                if let (Ok(from), Ok(to)) = (
-                    usize::from_str_radix(from, 16),
-                    usize::from_str_radix(to, 16),
-                ) {
-                    inside = (from..to).contains(&address);
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(flags) = line.strip_prefix("VmFlags:") {
-                    return Some(flags.trim().to_owned());
-                }
-            }
-        }
-        None
-    }
-
     /// A large array asks for transparent huge pages over the huge pages it covers (the
-    /// kernel's `hg` flag on that part of the mapping).
+    /// kernel's `hg` flag on that part of the mapping), where the kernel has them.
     #[test]
     #[cfg(target_os = "linux")]
     fn a_large_array_asks_for_huge_pages() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
-            eprintln!("skipped: this kernel has no transparent huge pages to ask for");
-            return;
-        }
+        use wheel_platform::pages::{kernel_has_huge_pages, HUGE_PAGE};
         // SAFETY: all-zero bytes are a valid `u64`.
         let large = unsafe { ZeroedSlice::<u64>::new(3 * HUGE_PAGE / 8) }.unwrap();
         let inside = (large.as_ptr() as usize).next_multiple_of(HUGE_PAGE);
-        let flags = vm_flags_at(inside).expect("the array's mapping is listed");
-        assert!(
-            flags.split_whitespace().any(|f| f == "hg"),
-            "flags: {flags}"
-        );
+        let advised = wheel_platform::pages::huge_pages_advised_at(inside);
+        assert_eq!(advised, Some(kernel_has_huge_pages()));
     }
 }
