@@ -22,7 +22,7 @@ use crate::shard::{
 };
 use crate::stats::{Lateness, Stats};
 use crate::sync;
-use crate::task::Task;
+use crate::task::{NewTask, OnceFn, Task};
 use crate::timer::{TimerId, Unfired};
 use crate::Config;
 
@@ -233,7 +233,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        self.submit(deadline, Task::once(task), self.saturation_wait())
+        self.submit(deadline, OnceFn(task), self.saturation_wait())
     }
 
     /// [`TimerService::schedule`] that never waits: when the shard's pending ring is full it
@@ -254,7 +254,7 @@ impl TimerService {
         task: impl FnOnce() + Send + 'static,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_after(delay);
-        self.submit(deadline, Task::once(task), Duration::ZERO)
+        self.submit(deadline, OnceFn(task), Duration::ZERO)
     }
 
     /// [`TimerService::schedule_at`] that never waits: when the shard's pending ring is full it
@@ -298,7 +298,7 @@ impl TimerService {
         wait: Duration,
     ) -> Result<TimerId, ScheduleError> {
         let deadline = self.core().clock.deadline_at(deadline);
-        self.submit(deadline, Task::once(task), wait)
+        self.submit(deadline, OnceFn(task), wait)
     }
 
     /// Runs `task` every `period` (rounded up to whole ticks), first `period` from now, at a
@@ -366,7 +366,12 @@ impl TimerService {
     /// (docs/performance.md, sixteenth session). The price is about 3 KiB of code a call site;
     /// the unusual paths (a full ring, a refill of free slots) stay out of line.
     #[inline(always)]
-    fn submit(&self, deadline: u64, task: Task, wait: Duration) -> Result<TimerId, ScheduleError> {
+    fn submit(
+        &self,
+        deadline: u64,
+        task: impl NewTask,
+        wait: Duration,
+    ) -> Result<TimerId, ScheduleError> {
         let result = self.try_submit(deadline, task, wait);
         if result.is_err() {
             self.core().rejected.fetch_add(1, Ordering::Relaxed);
@@ -381,15 +386,19 @@ impl TimerService {
     fn try_submit(
         &self,
         deadline: u64,
-        task: Task,
+        task: impl NewTask,
         wait: Duration,
     ) -> Result<TimerId, ScheduleError> {
         let core = self.core();
         if core.closed.load(Ordering::Acquire) {
-            return Err(refuse(core, task, ScheduleError::Shutdown));
+            return Err(refuse(core, task.build(), ScheduleError::Shutdown));
         }
         if let Err(limit) = core.limit.acquire() {
-            return Err(refuse(core, task, ScheduleError::TooManyPending { limit }));
+            return Err(refuse(
+                core,
+                task.build(),
+                ScheduleError::TooManyPending { limit },
+            ));
         }
         let shard = core.pick_shard();
         let Ok(Claimed {
@@ -400,7 +409,7 @@ impl TimerService {
         else {
             // Every record of the shard's table holds a live timer.
             core.limit.release();
-            return Err(refuse(core, task, ScheduleError::Saturated));
+            return Err(refuse(core, task.build(), ScheduleError::Saturated));
         };
         let (gen, _) = record.arm(deadline, task);
         let placement = Placement { deadline, slot };

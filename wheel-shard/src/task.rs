@@ -45,6 +45,62 @@ pub(crate) struct Task {
 // and it owns its closure outright, so moving it to another thread moves a `Send` value.
 unsafe impl Send for Task {}
 
+/// A task as a schedule call hands it to a timer's record: built in the record's place
+/// ([`NewTask::build_in`]), or as a value ([`NewTask::build`]) where the schedule is refused.
+///
+/// Why not always a [`Task`] value: a closure written into a `Task` on the stack and then
+/// copied into the record goes through memory between the two, stored field by field and
+/// loaded back 16 bytes at a time, and a load that spans several earlier stores cannot take
+/// its bytes from them: it waits until every earlier store of the thread has reached the
+/// cache, the previous timer's record and ring cell included (docs/performance.md). Built in
+/// place, the closure's fields go from registers to the record.
+pub(crate) trait NewTask: Sized {
+    /// Whether the task repeats.
+    fn repeats(&self) -> bool;
+    /// The task as a value.
+    fn build(self) -> Task;
+    /// The task, written into `place`.
+    fn build_in(self, place: &mut MaybeUninit<Task>);
+}
+
+impl NewTask for Task {
+    fn repeats(&self) -> bool {
+        Task::repeats(self)
+    }
+
+    fn build(self) -> Task {
+        self
+    }
+
+    fn build_in(self, place: &mut MaybeUninit<Task>) {
+        place.write(self);
+    }
+}
+
+/// A one-shot closure on its way to becoming a [`Task`] (see [`NewTask`]).
+pub(crate) struct OnceFn<F>(pub(crate) F);
+
+impl<F: FnOnce() + Send + 'static> NewTask for OnceFn<F> {
+    #[inline(always)]
+    fn repeats(&self) -> bool {
+        false
+    }
+
+    fn build(self) -> Task {
+        Task::once(self.0)
+    }
+
+    #[inline(always)]
+    fn build_in(self, place: &mut MaybeUninit<Task>) {
+        if fits::<F>() {
+            // SAFETY: the table is `F`'s, which fits (checked just above).
+            unsafe { Task::store_in(place, self.0, &OnceVTable::<F>::VTABLE) }
+        } else {
+            place.write(Task::once(self.0));
+        }
+    }
+}
+
 /// A repeating closure with its period in ticks.
 struct Every<F> {
     f: F,
@@ -73,6 +129,25 @@ impl Task {
             Task::store(every, &EveryVTable::<Every<F>>::VTABLE)
         } else {
             Task::store(Box::new(every), &EveryVTable::<Box<Every<F>>>::VTABLE)
+        }
+    }
+
+    /// Builds a task of `value` with `vtable` straight into `place`, field by field.
+    ///
+    /// # Safety
+    /// `vtable` is the table of `T`'s functions, and `T` fits a task's storage.
+    #[inline(always)]
+    unsafe fn store_in<T>(place: &mut MaybeUninit<Task>, value: T, vtable: &'static VTable) {
+        debug_assert!(fits::<T>());
+        let task = place.as_mut_ptr();
+        // SAFETY: `task` points at writable memory for a `Task`; the fields are written in
+        // place, the closure at the start of the storage, which it fits (the caller's
+        // promise).
+        unsafe {
+            std::ptr::addr_of_mut!((*task).vtable).write(vtable);
+            std::ptr::addr_of_mut!((*task).data)
+                .cast::<T>()
+                .write(value);
         }
     }
 
@@ -396,6 +471,50 @@ mod tests {
         drop(unrun);
         assert_eq!(drops.load(Ordering::SeqCst), 3, "dropped unrun");
         assert_eq!(runs.load(Ordering::SeqCst), 8);
+    }
+
+    /// A one-shot built in its place, small (inline) or large (boxed), is the task
+    /// `Task::once` builds: it runs once, or is dropped unrun, with what it holds.
+    #[test]
+    fn one_shots_built_in_place_run_once_and_drop_what_they_hold() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let counting = |add: u64| {
+            let (runs, held) = (Arc::clone(&runs), Counted(Arc::clone(&drops)));
+            let padding = [add; 8];
+            move || {
+                let _held = &held;
+                runs.fetch_add(padding[0] as usize, Ordering::SeqCst);
+            }
+        };
+        let small = {
+            let (runs, held) = (Arc::clone(&runs), Counted(Arc::clone(&drops)));
+            move || {
+                let _held = &held;
+                runs.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let built_in = |task: &dyn Fn(&mut MaybeUninit<Task>)| {
+            let mut place = MaybeUninit::uninit();
+            task(&mut place);
+            // SAFETY: `build_in` wrote a whole task.
+            unsafe { place.assume_init() }
+        };
+        let small = std::cell::Cell::new(Some(OnceFn(small)));
+        let task = built_in(&|place| small.take().unwrap().build_in(place));
+        assert!(!task.repeats());
+        task.run();
+        let large = std::cell::Cell::new(Some(OnceFn(counting(7))));
+        built_in(&|place| large.take().unwrap().build_in(place)).run();
+        assert_eq!(runs.load(Ordering::SeqCst), 8);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+
+        let unrun = std::cell::Cell::new(Some(OnceFn(counting(100))));
+        drop(built_in(&|place| unrun.take().unwrap().build_in(place)));
+        assert_eq!(drops.load(Ordering::SeqCst), 3, "dropped unrun");
+        OnceFn(counting(100)).build().run();
+        assert_eq!(runs.load(Ordering::SeqCst), 108, "built as a value");
+        assert_eq!(drops.load(Ordering::SeqCst), 4);
     }
 
     #[test]

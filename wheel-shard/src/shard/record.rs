@@ -48,7 +48,7 @@ use std::mem::MaybeUninit;
 use crossbeam_utils::Backoff;
 
 use crate::sync::{self, spin_wait, AtomicU64, Ordering, UnsafeCell};
-use crate::task::Task;
+use crate::task::{NewTask, Task};
 
 const STATE: u64 = 0b111;
 const FREE: u64 = 0;
@@ -215,14 +215,16 @@ impl Record {
 
     /// Producer, on a FREE record it owns: makes it a SCHEDULED timer due at `deadline`.
     /// Returns the timer's generation (for its id) and the ticket of its first reference.
-    pub(crate) fn arm(&self, deadline: u64, task: Task) -> (u64, Ticket) {
+    #[inline(always)]
+    pub(crate) fn arm(&self, deadline: u64, task: impl NewTask) -> (u64, Ticket) {
         let word = self.word.load(Ordering::Acquire);
         debug_assert_eq!(word & (STATE | LOCKED), FREE, "armed a record in use");
         let flags = if task.repeats() { REPEATING } else { 0 };
         // SAFETY: a FREE record belongs to the producer that took it from the free slots;
         // its previous task was moved out before it was retired (Release, seen by the
         // Acquire above).
-        self.task.with_mut(|slot| unsafe { (*slot).write(task) });
+        self.task
+            .with_mut(|slot| task.build_in(unsafe { &mut *slot }));
         self.deadline.store(deadline, Ordering::Relaxed);
         let armed = with_ticket_for(with_state(word, SCHEDULED) | flags, deadline);
         self.word.store(armed, Ordering::Release);
