@@ -82,6 +82,14 @@ pub trait Timers: Sized + Send + Sync + 'static {
         None
     }
     /// Schedules `task` to run at `deadline`.
+    ///
+    /// Every system marks it `#[inline(always)]`, so that the producer's loop hands the task
+    /// over in registers, as an application's loop that calls the system directly does (and
+    /// as the JIT gives Netty's harness). Across a call the 16-byte task goes through memory,
+    /// stored in parts and loaded back whole, and such a load cannot take its bytes from the
+    /// stores: it waits until all of the producer's earlier stores (the previous timer's
+    /// included) have reached the cache, which the bench would charge to the system
+    /// (docs/performance.md, thirty-sixth session).
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<Self::Id, String>;
     /// Cancels a timer.
     fn cancel(&self, id: &Self::Id) -> Outcome;

@@ -88,6 +88,7 @@ impl Timers for HeapTimers {
         Ok(HeapTimers { shared, workers })
     }
 
+    #[inline(always)]
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<HeapId, String> {
         let callback: Callback = Box::new(move || task.run());
         let mut queue = lock(&self.shared);

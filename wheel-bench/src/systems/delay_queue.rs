@@ -109,6 +109,7 @@ impl Timers for DelayQueueTimers {
         })
     }
 
+    #[inline(always)]
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<u32, String> {
         let index = task.index();
         let callback: Callback = Box::new(move || task.run());

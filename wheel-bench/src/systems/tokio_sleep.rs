@@ -41,6 +41,7 @@ impl Timers for TokioSleepTimers {
         })
     }
 
+    #[inline(always)]
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<AbortHandle, String> {
         let deadline = tokio::time::Instant::from_std(deadline);
         let handle = self.runtime.spawn(async move {

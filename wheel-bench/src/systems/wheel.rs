@@ -23,6 +23,7 @@ impl Timers for WheelTimers {
         Ok(WheelTimers { service })
     }
 
+    #[inline(always)]
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<TimerId, String> {
         self.service
             .schedule_at(deadline, move || task.run())
