@@ -96,7 +96,7 @@ impl<F: FnOnce() + Send + 'static> NewTask for OnceFn<F> {
             // SAFETY: the table is `F`'s, which fits (checked just above).
             unsafe { Task::store_in(place, self.0, &OnceVTable::<F>::VTABLE) }
         } else {
-            place.write(Task::once(self.0));
+            place.write(self.build());
         }
     }
 }
@@ -115,20 +115,23 @@ const fn fits<T>() -> bool {
 impl Task {
     /// A task that runs `f` once.
     pub(crate) fn once<F: FnOnce() + Send + 'static>(f: F) -> Task {
+        // SAFETY (both calls): each table is its value's type's, and `F` fits (checked) or
+        // a box, which always does.
         if fits::<F>() {
-            Task::store(f, &OnceVTable::<F>::VTABLE)
+            unsafe { Task::store(f, &OnceVTable::<F>::VTABLE) }
         } else {
-            Task::store(Box::new(f), &OnceVTable::<Box<F>>::VTABLE)
+            unsafe { Task::store(Box::new(f), &OnceVTable::<Box<F>>::VTABLE) }
         }
     }
 
     /// A task that runs `f` every `period` ticks.
     pub(crate) fn every<F: FnMut() + Send + 'static>(f: F, period: u64) -> Task {
         let every = Every { f, period };
+        // SAFETY (both calls): as in `Task::once`.
         if fits::<Every<F>>() {
-            Task::store(every, &EveryVTable::<Every<F>>::VTABLE)
+            unsafe { Task::store(every, &EveryVTable::<Every<F>>::VTABLE) }
         } else {
-            Task::store(Box::new(every), &EveryVTable::<Box<Every<F>>>::VTABLE)
+            unsafe { Task::store(Box::new(every), &EveryVTable::<Box<Every<F>>>::VTABLE) }
         }
     }
 
@@ -151,13 +154,18 @@ impl Task {
         }
     }
 
-    fn store<T>(value: T, vtable: &'static VTable) -> Task {
-        debug_assert!(fits::<T>());
-        let mut data = Storage::uninit();
-        // SAFETY: `T` fits the storage in size and alignment (checked by the callers through
-        // `fits`, which is a constant), and the storage is fresh.
-        unsafe { data.as_mut_ptr().cast::<T>().write(value) };
-        Task { vtable, data }
+    /// [`Task::store_in`], for a task as a value.
+    ///
+    /// # Safety
+    /// As for [`Task::store_in`].
+    unsafe fn store<T>(value: T, vtable: &'static VTable) -> Task {
+        let mut task = MaybeUninit::uninit();
+        // SAFETY: the caller's promise, passed on; `store_in` writes both fields, so the task
+        // is initialised after it.
+        unsafe {
+            Task::store_in(&mut task, value, vtable);
+            task.assume_init()
+        }
     }
 
     /// Whether the task repeats: [`Task::period`] without calling into the closure's type.
@@ -168,7 +176,7 @@ impl Task {
 
     /// The period in ticks of a repeating task; `None` for a one-shot.
     pub(crate) fn period(&self) -> Option<u64> {
-        // SAFETY: the storage holds the vtable's type (they are set together in `store`).
+        // SAFETY: the storage holds the vtable's type (they are set together in `store_in`).
         self.vtable
             .period
             .map(|period| unsafe { period(self.data.as_ptr().cast()) })
