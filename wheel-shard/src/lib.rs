@@ -62,8 +62,12 @@
 //!   never reads it, and the worker that runs the timer is the next to touch it.
 //! - **Idle means asleep.** A tick thread sleeps until its wheels' next due slot, forever when
 //!   they are empty; a producer wakes it only when its deadline is earlier than that.
-//! - **A slow callback delays only its worker**; a panicking one is counted
-//!   ([`Stats::panicked`]), logged with `tracing`, and the service goes on.
+//! - **A slow callback delays only itself**, while another worker is free: once a run has
+//!   gone on for 100 µs (a callback that blocks, or its thread preempted), the timers its
+//!   worker had taken in hand or queued go to other workers, which a tick thread wakes within
+//!   about a tick. With every worker stuck (one worker, say), due timers wait for the first
+//!   to come free. A panicking callback is counted ([`Stats::panicked`]), logged with
+//!   `tracing`, and the service goes on.
 //! - **User code is contained wherever it runs.** Besides the callback itself, a task's `Drop`
 //!   runs where the service ends it (a cancelled task on the cancelling thread, a repeating
 //!   task after its last run on a worker, unfired tasks when the last handle goes), and so does

@@ -1,6 +1,6 @@
 //! The atomics, locks and parking the concurrent parts use: `std`'s normally, loom's under
 //! `--cfg loom` so the models in `ring.rs`, `lane.rs`, `record.rs`, `free_map.rs`, `wake.rs`,
-//! `idle.rs` and `handout.rs` explore every interleaving.
+//! `idle.rs`, `handout.rs` and `hand.rs` explore every interleaving.
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
@@ -103,6 +103,10 @@ pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 impl<T> UnsafeCell<T> {
     pub(crate) fn new(value: T) -> Self {
         UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
     }
 
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {

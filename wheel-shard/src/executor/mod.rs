@@ -8,10 +8,14 @@
 //! the other workers can steal the rest from there; then the worker takes what it keeps in
 //! hand from its own queue with one CAS more. So work spreads to whoever is free, and a
 //! batch costs two locked instructions, not one per run (a deque's pop is a locked
-//! instruction on x86). A worker with nothing to do sleeps on a condition variable; a tick
-//! thread wakes one only when no worker is free to take what it handed out (`idle.rs`).
+//! instruction on x86). What a worker holds in hand stays within reach too: once its run has
+//! gone on for [`STUCK_AFTER`] (a slow callback, or its thread preempted), an idle worker
+//! steals the rest of its hand (`hand.rs`), so a slow callback delays only itself. A worker
+//! with nothing to do sleeps on a condition variable; a tick thread wakes one only when no
+//! worker is free to take what it handed out (`idle.rs`).
 
 mod durations;
+mod hand;
 mod handout;
 mod idle;
 
@@ -25,6 +29,7 @@ use hdrhistogram::Histogram;
 use crate::shard::{RingRefused, TimerRef};
 use crate::stats::new_histogram;
 pub use durations::Durations;
+use hand::Hand;
 use handout::{HandOut, HandOutRing, STEAL_BATCH};
 use idle::Idle;
 pub(crate) use idle::Roused;
@@ -32,6 +37,14 @@ pub(crate) use idle::Roused;
 /// Cells of a worker's own queue: twice the largest batch, so a push finds its cell free even
 /// while a stealer of the last lap's batch is still freeing it, but for a very slow stealer.
 const OWN_QUEUE_CELLS: usize = 2 * STEAL_BATCH as usize;
+
+/// The most references a worker keeps in hand (see `runtime/worker.rs` for how many it does).
+pub(crate) const HAND_CAPACITY: usize = 16;
+
+/// How long a run goes on before its worker counts as stuck, in nanoseconds: far beyond a
+/// short callback, well within a tick. A stuck worker's hand is open to thieves, and a tick
+/// thread wakes a sleeper for work that waits behind it (`runtime/rouse.rs`).
+pub(crate) const STUCK_AFTER: u64 = 100_000;
 
 /// A reference the wheel handed out, on its way to a worker, which decides on the timer's
 /// record whether it fires (see `Record::claim`).
@@ -59,9 +72,8 @@ pub(crate) struct WorkerStats {
     /// References taken (fired, deferred or stale), re-arm included: what a manual clock's
     /// `advance` waits for. Counted under a manual clock only.
     pub(crate) done: AtomicU64,
-    /// References this worker took out of the queues others can take from (the hand-out
-    /// queues and the workers' own queues) into its own hands: the rest of what was handed out is
-    /// still there for any worker.
+    /// References this worker took from its hand to run (fired, deferred or stale): what was
+    /// handed out and is not counted here by any worker still waits, in a queue or a hand.
     pub(crate) taken: AtomicU64,
     /// When the run, or the step of table growth, in progress started (`Clock::real_nanos`,
     /// at least 1); 0 while the worker is between runs with nothing to run, or asleep.
@@ -115,6 +127,8 @@ pub(crate) struct Executor {
     /// Each worker's own queue: the rest of the last batch it took, which any worker can take.
     /// Only its worker pushes, and only while it is empty.
     own_queues: Box<[HandOutRing<Run>]>,
+    /// Each worker's hand: what it runs next, stealable once the worker is stuck.
+    hands: Box<[CachePadded<Hand<Run>>]>,
     pub(crate) workers: Box<[CachePadded<WorkerStats>]>,
     idle: Idle,
     /// `Config::slow_callback` in nanoseconds.
@@ -137,6 +151,9 @@ impl Executor {
             own_queues: (0..threads)
                 .map(|_| HandOutRing::try_new(OWN_QUEUE_CELLS))
                 .collect::<Result<_, _>>()?,
+            hands: (0..threads)
+                .map(|_| CachePadded::new(Hand::new(HAND_CAPACITY)))
+                .collect(),
             workers: (0..threads)
                 .map(|_| CachePadded::new(WorkerStats::new()))
                 .collect(),
@@ -185,7 +202,7 @@ impl Executor {
         self.idle.wake_a_helper();
     }
 
-    /// References the workers took into their own hands, over all workers (see
+    /// References the workers took from their hands to run, over all workers (see
     /// [`WorkerStats::taken`]).
     pub(crate) fn taken(&self) -> u64 {
         self.sum(|w| &w.taken)
@@ -201,10 +218,11 @@ impl Executor {
         self.idle.stop();
     }
 
-    /// Tasks queued and not yet started.
+    /// Tasks queued and not yet started, those in the workers' hands included.
     pub(crate) fn queued(&self) -> usize {
         self.hand_outs.iter().map(HandOut::len).sum::<usize>()
             + self.own_queues.iter().map(HandOutRing::len).sum::<usize>()
+            + self.hands.iter().map(|hand| hand.len()).sum::<usize>()
     }
 
     pub(crate) fn has_work(&self) -> bool {
@@ -269,17 +287,30 @@ impl Executor {
         }
     }
 
+    /// Worker `index`: the next run from its hand, if it holds one (see `hand.rs`).
+    #[inline]
+    pub(crate) fn take_from_hand(&self, index: usize) -> Option<Run> {
+        self.hands[index].take()
+    }
+
+    /// Worker `index`, whose hand is empty: puts `runs` (at most [`HAND_CAPACITY`]) in hand.
+    pub(crate) fn fill_hand(&self, index: usize, runs: &[Run]) {
+        self.hands[index].refill(runs);
+    }
+
     /// Finds runs for worker `index`, whose own queue is empty ([`Executor::take_own`] comes
     /// first), and passes what it is to keep in hand to `keep`, returning how many: the first
     /// of a batch of up to `batch` from the hand-out queues, else the first of a batch stolen
-    /// from another worker's queue; 0 when there is nothing to run. The rest of a batch goes
-    /// to the worker's own queue, stealable, each run of it passed to `seen` as it is taken
-    /// (the worker prefetches what it refers to); a run that finds the queue full (a stealer
-    /// still freeing its cell) goes to `keep` too.
+    /// from another worker's queue, else the first of what a stuck worker held in hand (one
+    /// whose run began over [`STUCK_AFTER`] before `now()`, real nanoseconds); 0 when there is
+    /// nothing to run. The rest of a batch goes to the worker's own queue, stealable, each run
+    /// of it passed to `seen` as it is taken (the worker prefetches what it refers to); a run
+    /// that finds the queue full (a stealer still freeing its cell) goes to `keep` too.
     pub(crate) fn find_task(
         &self,
         index: usize,
         batch: usize,
+        now: impl FnOnce() -> u64,
         mut seen: impl FnMut(&Run),
         mut keep: impl FnMut(Run),
     ) -> usize {
@@ -314,7 +345,35 @@ impl Executor {
                 }
             }
             if !retry {
-                return 0;
+                break;
+            }
+        }
+        self.steal_from_stuck_hands(index, now, take);
+        kept
+    }
+
+    /// Takes what every stuck worker but `index` holds in hand, passing each run to `take`;
+    /// `now` (real nanoseconds) is read only when some worker holds runs in hand.
+    fn steal_from_stuck_hands(
+        &self,
+        index: usize,
+        now: impl FnOnce() -> u64,
+        mut take: impl FnMut(Run),
+    ) {
+        let workers = self.hands.len();
+        let mut holding = (1..workers)
+            .map(|i| (index + i) % workers)
+            .filter(|&other| self.hands[other].len() > 0)
+            .peekable();
+        if holding.peek().is_none() {
+            return;
+        }
+        let now = now();
+        for other in holding {
+            // 0: between runs with nothing to run, so not holding any for long.
+            let since = self.workers[other].running_since.load(Ordering::Acquire);
+            if since != 0 && now.saturating_sub(since) > STUCK_AFTER {
+                self.hands[other].steal(&mut take);
             }
         }
     }
@@ -349,17 +408,17 @@ mod tests {
         let executor = Executor::try_new(1, 2, Duration::from_secs(1)).unwrap();
         (0..10).for_each(|slot| executor.submit(run(slot)));
         let (mut hand, mut seen) = (Vec::new(), Vec::new());
-        let kept = executor.find_task(0, 8, |run| seen.push(*run), |run| hand.push(run));
+        let kept = executor.find_task(0, 8, || 0, |run| seen.push(*run), |run| hand.push(run));
         assert_eq!((kept, slots(&hand)), (1, vec![0]));
         assert_eq!(slots(&seen), (0..8).collect::<Vec<_>>(), "a batch of 8");
         assert_eq!(executor.queued(), 9, "7 in worker 0's queue, 2 handed out");
 
         // Worker 1 finds the hand-out queue's two, then steals from worker 0's queue.
         let mut other = Vec::new();
-        executor.find_task(1, 8, |_| {}, |run| other.push(run));
+        executor.find_task(1, 8, || 0, |_| {}, |run| other.push(run));
         executor.take_own(1, 8, |run| other.push(run));
         assert_eq!(slots(&other), vec![8, 9]);
-        executor.find_task(1, 3, |_| {}, |run| other.push(run));
+        executor.find_task(1, 3, || 0, |_| {}, |run| other.push(run));
         executor.take_own(1, 8, |run| other.push(run));
         assert_eq!(slots(&other), vec![8, 9, 1, 2, 3]);
 
@@ -367,6 +426,38 @@ mod tests {
         assert_eq!(executor.take_own(0, 8, |run| hand.push(run)), 4);
         assert_eq!(slots(&hand), vec![0, 4, 5, 6, 7]);
         assert!(!executor.has_work());
+    }
+
+    /// What a worker holds in hand is left alone while its run is short or it is between
+    /// runs, and taken by an idle worker once its run has gone on over [`STUCK_AFTER`].
+    #[test]
+    fn a_stuck_worker_s_hand_goes_to_an_idle_worker() {
+        let executor = Executor::try_new(1, 2, Duration::from_secs(1)).unwrap();
+        executor.fill_hand(0, &[run(1), run(2), run(3)]);
+        assert_eq!(executor.take_from_hand(0).map(|r| r.timer.slot), Some(1));
+        let started = 1_000_000;
+        let mut other = Vec::new();
+        let find = |now: u64, other: &mut Vec<Run>| {
+            executor.find_task(1, 8, || now, |_| {}, |run| other.push(run))
+        };
+        assert_eq!(find(started, &mut other), 0, "between runs");
+        executor.workers[0]
+            .running_since
+            .store(started, Ordering::Release);
+        assert_eq!(find(started + STUCK_AFTER, &mut other), 0, "not stuck yet");
+        assert_eq!(executor.queued(), 2, "both still in worker 0's hand");
+        assert_eq!(find(started + STUCK_AFTER + 1, &mut other), 1, "stuck");
+        assert_eq!(slots(&other), vec![2]);
+        assert_eq!(executor.take_own(1, 8, |run| other.push(run)), 1);
+        assert_eq!(
+            slots(&other),
+            vec![2, 3],
+            "the rest went to worker 1's own queue"
+        );
+        assert!(
+            executor.take_from_hand(0).is_none(),
+            "worker 0's hand is empty"
+        );
     }
 
     /// A worker's own queue whose next cell a stealer has claimed and not yet freed refuses
@@ -382,7 +473,7 @@ mod tests {
         // first run, every other cell is still claimed, and worker 0 takes a batch of 4.
         let _ = queue.steal(OWN_QUEUE_CELLS as u64, |stolen| {
             if stolen.timer.slot == 0 {
-                kept = executor.find_task(0, 4, |_| {}, |run| hand.push(run));
+                kept = executor.find_task(0, 4, || 0, |_| {}, |run| hand.push(run));
             }
         });
         // 101 went to the cell the stealer freed first; 102 and 103 found theirs claimed.

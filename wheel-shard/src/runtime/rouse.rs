@@ -6,28 +6,25 @@
 //!
 //! - the free worker, or the one woken, gets stuck in a long run (a slow callback, or its
 //!   thread preempted) while references wait in the queues others can take from — among them
-//!   the rest of the batch it took, in its own queue;
+//!   the rest of the batch it took, in its own queue and in its hand, which other workers may
+//!   take once it is stuck (`executor/hand.rs`);
 //! - the workers awake fall behind: references handed out a tick ago are still queued.
 //!
 //! So whenever it relied on a free worker, or left two or more references waiting, the tick
 //! thread looks again by the next tick, and goes on looking each tick while any wait and a
 //! worker sleeps. A look counts the references still waiting — handed out by every shard, less
-//! those the workers took into their own hands — wakes one worker when every awake one is
+//! those the workers took from their hands to run — wakes one worker when every awake one is
 //! stuck (its run began more than [`STUCK_AFTER`] ago), and every sleeper when some of the
 //! references waiting were handed out a tick or more ago.
 //!
 //! For example, two callbacks that meet at a barrier are due at tick 5, and both workers
-//! sleep. At tick 5 the tick thread hands out both and wakes worker A, which takes the first
-//! into its hands and the second into its own queue, and blocks at the barrier. At tick 6 one
-//! reference still waits and A's run has gone on for a millisecond: worker B is woken, steals
-//! the second, and both callbacks pass the barrier.
+//! sleep. At tick 5 the tick thread hands out both and wakes worker A, which takes both into
+//! its hand and blocks at the barrier in the first. At tick 6 one reference still waits and
+//! A's run has gone on for a millisecond: worker B is woken, steals the second from A's hand,
+//! and both callbacks pass the barrier.
 
-use crate::executor::Roused;
+use crate::executor::{Roused, STUCK_AFTER};
 use crate::runtime::core::Core;
-
-/// How long a run goes on before its worker counts as stuck, in nanoseconds: far beyond a
-/// short callback, well within a tick.
-const STUCK_AFTER: u64 = 100_000;
 
 /// One tick thread's state for waking workers (see the module doc).
 pub(crate) struct Rouser {

@@ -3,24 +3,26 @@
 //! ended timers back.
 //!
 //! A worker is the first thread to touch a timer's record after the producer wrote it. It
-//! keeps references in hand ahead of the one it runs and prefetches their records, so the
-//! misses of the next ones overlap the current callback instead of stalling one by one.
+//! keeps references in hand ahead of the one it runs, their records prefetched as it took
+//! them, so the misses of the next ones overlap the current callback instead of stalling one
+//! by one; taking the next from the hand costs no locked instruction.
 //!
-//! References in hand are the worker's alone: no other worker can steal them, so a slow
-//! callback holds them up, and so does the kernel when it preempts the worker (on a busy
-//! machine, for a scheduler slice of a few milliseconds). The worker therefore keeps enough in
-//! hand to overlap the misses ([`DEEP`], which pays at millions of timers, where nearly every
-//! record is a miss) and no more, and only while its callbacks are short; one run over
-//! [`SHORT_RUN`] drops it to a few ([`SHALLOW`]) for the next [`SHALLOW_RUNS`] runs, so a
-//! service whose callbacks block now and then keeps work stealable.
+//! A slow callback delays only itself: once a run has gone on for
+//! [`STUCK_AFTER`](crate::executor::STUCK_AFTER) (a callback that blocks, or the thread
+//! preempted by the kernel), what its worker holds in hand is open to the other workers
+//! (`executor/hand.rs`), and a tick thread wakes a sleeping one to take it
+//! (`runtime/rouse.rs`). The hand holds [`DEEP`] references while runs are short, enough to
+//! overlap the misses (which pays at millions of timers, where nearly every record is a
+//! miss); one run over [`SHORT_RUN`] drops it to [`SHALLOW`] for the next [`SHALLOW_RUNS`]
+//! runs, so a service whose callbacks block now and then leaves its work in the queues,
+//! where any worker takes it at once, rather than in a hand that waits to be stolen.
 
-use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::contain::{drop_contained, drop_payload, panic_message};
-use crate::executor::{Run, WorkerStats};
+use crate::executor::{Run, WorkerStats, HAND_CAPACITY};
 use crate::runtime::core::Core;
 use crate::shard::{Claim, Notice, Placement, Shard};
 use crate::stopwatch::Stopwatch;
@@ -29,8 +31,9 @@ use crate::timer::TimerId;
 
 /// References a worker keeps in hand, their records prefetched, ahead of the one it runs,
 /// while its callbacks are short: enough to overlap the records' misses (8 is not), and
-/// few enough that little waits behind a preempted worker (docs/performance.md has the runs).
-const DEEP: usize = 16;
+/// few enough that little waits for a thief behind a preempted worker (docs/performance.md
+/// has the runs).
+const DEEP: usize = HAND_CAPACITY;
 /// References in hand after a run longer than [`SHORT_RUN`].
 const SHALLOW: usize = 4;
 /// The longest run that keeps a worker at [`DEEP`].
@@ -57,8 +60,8 @@ struct WorkerOwn {
     slow_log: SlowLog,
     /// The last run started, not yet measured.
     last_run: Option<LastRun>,
-    /// References taken from the queues, their records prefetched.
-    ahead: VecDeque<Run>,
+    /// The runs taken from the queues to put in hand (kept to reuse its memory).
+    batch: Vec<Run>,
     /// Runs left at the shallow depth (see the module doc).
     shallow_for: u32,
     /// Times runs for the statistics.
@@ -140,7 +143,7 @@ pub(crate) fn work(core: &Core, index: usize) {
             held_back: 0,
         },
         last_run: None,
-        ahead: VecDeque::with_capacity(DEEP),
+        batch: Vec::with_capacity(DEEP),
         shallow_for: 0,
         stopwatch: Stopwatch::new(),
         help_calls: HelpCalls::new(core.clock.tick_nanos()),
@@ -148,21 +151,9 @@ pub(crate) fn work(core: &Core, index: usize) {
         manual: core.clock.is_manual(),
     };
     loop {
-        fill_ahead(core, &mut own);
-        if own.ahead.is_empty() {
-            // Every record of a batch is prefetched as the batch is taken, the first's too,
-            // so the first run's miss overlaps the others' and the rest have its run to land.
-            let depth = depth(&own);
-            let ahead = &mut own.ahead;
-            let found = executor.find_task(
-                index,
-                depth,
-                |run| prefetch(core, run),
-                |run| ahead.push_back(run),
-            );
-            WorkerStats::add(&executor.workers[index].taken, found as u64);
-        }
-        if let Some(run) = own.ahead.pop_front() {
+        if let Some(run) = executor.take_from_hand(index) {
+            WorkerStats::count(&executor.workers[index].taken);
+            own.shallow_for = own.shallow_for.saturating_sub(1);
             take(core, run, &mut own);
             if own.manual {
                 // SeqCst, as `advance` reads it (manual clock only).
@@ -170,6 +161,9 @@ pub(crate) fn work(core: &Core, index: usize) {
                 done.store(done.load(Ordering::Relaxed) + 1, Ordering::SeqCst);
                 core.settle.signal();
             }
+            continue;
+        }
+        if fill_hand(core, &mut own) {
             continue;
         }
         end_last_run(core, &mut own);
@@ -196,22 +190,29 @@ pub(crate) fn work(core: &Core, index: usize) {
     }
 }
 
-/// Tops up the references in hand from the worker's own queue, whose records were prefetched
-/// as the worker took them from a hand-out queue.
-fn fill_ahead(core: &Core, own: &mut WorkerOwn) {
+/// Puts runs in the worker's empty hand: the rest of its last batch from its own queue (their
+/// records were prefetched as the batch was taken), else a new batch (see
+/// [`Executor::find_task`](crate::executor::Executor::find_task)). `false` when there is
+/// nothing to run.
+fn fill_hand(core: &Core, own: &mut WorkerOwn) -> bool {
+    let executor = &core.executor;
     let depth = depth(own);
-    own.shallow_for = own.shallow_for.saturating_sub(1);
-    let wanted = depth.saturating_sub(own.ahead.len());
-    if wanted == 0 {
-        return;
+    let batch = &mut own.batch;
+    batch.clear();
+    if executor.take_own(own.index, depth, |run| batch.push(run)) == 0 {
+        executor.find_task(
+            own.index,
+            depth,
+            || core.clock.real_nanos(),
+            |run| prefetch(core, run),
+            |run| batch.push(run),
+        );
     }
-    let ahead = &mut own.ahead;
-    let taken = core
-        .executor
-        .take_own(own.index, wanted, |run| ahead.push_back(run));
-    if taken > 0 {
-        WorkerStats::add(&core.executor.workers[own.index].taken, taken as u64);
+    if batch.is_empty() {
+        return false;
     }
+    executor.fill_hand(own.index, batch);
+    true
 }
 
 /// Starts loading the record `run` refers to.
