@@ -90,8 +90,8 @@ impl fmt::Debug for TimerId {
 pub struct Unfired {
     /// The id `schedule` returned for it.
     pub id: TimerId,
-    /// When it was due; a deadline more than a century past the service's start (one of
-    /// `Duration::MAX`, say) reads as that century.
+    /// When it was due; a deadline past the 584 years of nanoseconds the service's time holds
+    /// (one of `Duration::MAX`, say) reads as that end.
     pub deadline: Instant,
     pub(crate) task: Task,
 }

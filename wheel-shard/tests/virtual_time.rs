@@ -287,6 +287,74 @@ fn advance_to_next_walks_deadline_by_deadline() {
     assert_eq!(clock.now(), start + Duration::from_secs(30));
 }
 
+/// Stale references (of a cancelled timer, or of one moved earlier) do not move virtual time:
+/// with nothing live left, `advance_to_next` returns `None` and the time stays where it was.
+#[test]
+fn advance_to_next_leaves_time_alone_when_only_stale_references_are_left() {
+    let (timers, clock) = manual(2, 2);
+    let start = clock.now();
+    let hour = Duration::from_secs(3600);
+    let cancelled = timers.schedule(hour, || {}).unwrap();
+    assert!(timers.cancel(cancelled));
+    assert_eq!(clock.advance_to_next(), None, "only a cancelled timer");
+    assert_eq!(clock.now(), start, "time unchanged");
+
+    // A cancelled timer before a live one: the live one's deadline, reached directly.
+    let cancelled = timers.schedule(hour, || {}).unwrap();
+    let fired = Arc::new(AtomicUsize::new(0));
+    let live = {
+        let fired = Arc::clone(&fired);
+        timers
+            .schedule(2 * hour, move || {
+                fired.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap()
+    };
+    assert!(timers.cancel(cancelled));
+    assert_eq!(clock.advance_to_next(), Some(start + 2 * hour));
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+    assert!(!timers.cancel(live), "it fired");
+
+    // A timer moved earlier leaves a stale reference at its old deadline.
+    let now = clock.now();
+    let moved = timers.schedule(hour, || {}).unwrap();
+    assert!(timers.reschedule(moved, Duration::from_secs(60)));
+    assert_eq!(clock.advance_to_next(), Some(now + Duration::from_secs(60)));
+    assert_eq!(clock.advance_to_next(), None, "the old deadline is stale");
+    assert_eq!(clock.now(), now + Duration::from_secs(60));
+    assert!(timers.shutdown().is_empty());
+}
+
+/// A deadline far beyond a century (virtual time reaches 584 years) is reported as it is:
+/// `advance_to_next` returns the deadline itself, which is virtual now once it returns.
+#[test]
+fn advance_to_next_reports_a_far_deadline_exactly() {
+    let (timers, clock) = manual(1, 1);
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let deadline = clock.now() + 150 * year;
+    let fired = Arc::new(AtomicUsize::new(0));
+    {
+        let fired = Arc::clone(&fired);
+        timers
+            .schedule_at(deadline, move || {
+                fired.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    let reached = clock.advance_to_next().expect("a timer is pending");
+    assert_eq!(fired.load(Ordering::SeqCst), 1);
+    assert!(
+        reached >= deadline,
+        "{reached:?} before the deadline {deadline:?}"
+    );
+    assert!(
+        reached - deadline < Duration::from_millis(1),
+        "within its tick"
+    );
+    assert_eq!(clock.now(), reached);
+    assert_eq!(clock.advance_to_next(), None);
+}
+
 #[test]
 fn reschedule_and_schedule_at_use_virtual_time() {
     let (timers, clock) = manual(1, 1);

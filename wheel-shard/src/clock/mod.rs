@@ -180,7 +180,8 @@ impl Divisor {
 /// (146 years of uptime), keep the sum it divides below 2⁶³, where it is exact.
 const SHORT: u64 = 1 << 61;
 
-/// How far past `origin` an unreachable deadline is pinned when shown as an `Instant`.
+/// How far past `origin` a deadline is pinned when shown as an `Instant` on a platform whose
+/// `Instant` cannot hold it.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Clock {
@@ -339,14 +340,16 @@ impl Clock {
         }
     }
 
-    /// The instant tick `tick` begins (pinned a century out when it is beyond `Instant`).
+    /// The instant tick `tick` begins. A tick past the 584 years of nanoseconds virtual time
+    /// holds reads as that end; where the platform's `Instant` cannot hold an instant, it reads
+    /// as [`FAR_FUTURE`] past the origin.
     pub(crate) fn instant(&self, tick: u64) -> Instant {
         let nanos = u128::from(tick) * u128::from(self.tick.d);
-        let offset = u64::try_from(nanos)
-            .map(Duration::from_nanos)
-            .unwrap_or(FAR_FUTURE)
-            .min(FAR_FUTURE);
-        self.origin.origin() + offset
+        let offset = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let origin = self.origin.origin();
+        origin
+            .checked_add(offset)
+            .unwrap_or_else(|| origin + FAR_FUTURE.min(offset))
     }
 
     /// How long until tick `tick` begins.

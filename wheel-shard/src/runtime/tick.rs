@@ -161,7 +161,12 @@ impl<'a> ShardTick<'a> {
     /// has caught up with the `Settle` round `round` (read before the pass looked at anything
     /// queued); telling `advance` is the caller's.
     pub(crate) fn end_pass(&mut self, now: u64, intake: Intake, round: u64) -> Plan {
-        let sweeping = self.compact();
+        let sweeping = if self.manual {
+            self.drop_stale_before_reporting();
+            false
+        } else {
+            self.compact()
+        };
         self.leave_memory_chores();
         let ring_waits = !self.shard.rings_empty();
         // Goes round again for commands it can take now. A cell a producer has claimed but
@@ -312,6 +317,25 @@ impl<'a> ShardTick<'a> {
         self.seen_cancels = cancels;
         self.stale = self.stale.saturating_add(new as usize);
         new > 0
+    }
+
+    /// Under a manual clock: once every new reference is in the wheel, removes every stale
+    /// one (of a cancelled or moved timer) before the wheel's next due tick is reported, so
+    /// `ManualClock::advance_to_next` never moves time to a deadline no timer has any more.
+    /// Each removal costs a record read, which a real clock's sweeps spread over passes
+    /// ([`ShardTick::compact`]); virtual time waits for it instead.
+    fn drop_stale_before_reporting(&mut self) {
+        if self.stale == 0 || !self.shard.rings_empty() {
+            return;
+        }
+        self.stale = 0;
+        let table = &self.shard.table;
+        // Only whole rounds run under a manual clock, so this one starts at the first slot.
+        self.wheel.retain(usize::MAX, |deadline, &slot| {
+            table
+                .record(slot)
+                .is_some_and(|record| record.is_live(ticket_of(deadline)))
+        });
     }
 
     /// Removes stale references (of cancelled or moved timers) from the wheel, so their memory
