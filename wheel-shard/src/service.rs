@@ -420,7 +420,7 @@ impl TimerService {
             }
             Err(PushRefused { error, counted }) => {
                 // No id of this generation got out: the record goes back as it came.
-                if let Some(task) = record.withdraw(gen) {
+                if let Some(task) = record.withdraw(gen, deadline) {
                     shard.table.release(slot);
                     if counted {
                         shard.withdrawn.fetch_add(1, Ordering::Relaxed);
@@ -428,7 +428,11 @@ impl TimerService {
                     core.limit.release();
                     return Err(refuse(core, task, error));
                 }
-                // A stale reference took it meanwhile (see `Record`): it counts as scheduled.
+                // A stale twin fired it meanwhile (see `Record::withdraw`): it counts as
+                // scheduled.
+                if !counted {
+                    shard.taken_by_twins.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
         }

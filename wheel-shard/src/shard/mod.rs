@@ -190,6 +190,10 @@ pub(crate) struct Shard {
     /// Timers whose lane push counted in [`Shard::pushed`] but found the lane closed, and
     /// which their producer took back (`PushRefused::counted`): never scheduled.
     pub(crate) withdrawn: AtomicU64,
+    /// Timers whose push was refused without counting in [`Shard::pushed`], but which a stale
+    /// twin fired before their producer could take them back (see `Record::withdraw`):
+    /// scheduled all the same.
+    pub(crate) taken_by_twins: AtomicU64,
     /// Runs the tick thread handed to the executor.
     pub(crate) handed: AtomicU64,
     /// Manual clock only: the `Settle` round in which the tick thread last caught up, and the
@@ -229,6 +233,7 @@ impl Shard {
             ring_full: AtomicU64::new(0),
             cancelled: CachePadded::new(AtomicU64::new(0)),
             withdrawn: AtomicU64::new(0),
+            taken_by_twins: AtomicU64::new(0),
             handed: AtomicU64::new(0),
             settled_round: AtomicU64::new(0),
             next_due: AtomicU64::new(IDLE),
@@ -461,9 +466,11 @@ impl Shard {
     }
 
     /// Every timer ever scheduled on this shard: those queued, less those a producer took
-    /// back after its lane push found the lane closed.
+    /// back after its lane push found the lane closed, and those a stale twin fired before
+    /// their refused push could be taken back.
     pub(crate) fn scheduled(&self) -> u64 {
-        self.pushed() - self.withdrawn.load(Ordering::Relaxed)
+        (self.pushed() + self.taken_by_twins.load(Ordering::Relaxed))
+            - self.withdrawn.load(Ordering::Relaxed)
     }
 
     /// Every new timer ever queued.

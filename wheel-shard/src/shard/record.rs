@@ -42,6 +42,12 @@
 //! - A producer owns a FREE record it took from the free slots; the record's next timer gets
 //!   the generation the record holds. Nothing else touches a FREE record: a stale reference
 //!   reads its state and goes.
+//! - Once armed, the record is open to stale twins before its own reference is queued: a
+//!   twin due by then may fire the timer (a one-shot is retired, a repeating one runs and is
+//!   re-armed later). A producer whose push is refused takes the timer back with `withdraw`
+//!   only when it is still SCHEDULED at the generation and the deadline it armed; otherwise
+//!   the timer ran, and the schedule succeeds (`schedule` returns its id). So a timer whose
+//!   callback ran is never reported as refused.
 
 use std::mem::MaybeUninit;
 
@@ -231,12 +237,20 @@ impl Record {
         (generation(word), ticket_of(deadline))
     }
 
-    /// Producer: undoes an `arm` whose reference never reached the ring (so no id got out):
-    /// the record is FREE again at the same generation and the task comes back. `None` when
-    /// something else took the timer meanwhile (a stale reference whose ticket came round:
-    /// see the module doc), which then counts as scheduled.
-    pub(crate) fn withdraw(&self, gen: u64) -> Option<Task> {
+    /// Producer: undoes an `arm` at `deadline` whose reference never reached the ring (so no
+    /// id got out): the record is FREE again at the same generation and the task comes back.
+    /// `None` when a stale twin of an earlier timer in this record took the timer meanwhile
+    /// (see the module doc): a one-shot it fired is retired (a new generation), a repeating
+    /// one is running, or ran and was re-armed at a later deadline; the timer then counts as
+    /// scheduled.
+    pub(crate) fn withdraw(&self, gen: u64, deadline: u64) -> Option<Task> {
         let word = self.lock_if(|word| generation(word) == gen && word & STATE == SCHEDULED)?;
+        if self.deadline.load(Ordering::Relaxed) != deadline {
+            // A run re-armed it: only `finish_run` moves an armed deadline before an id is out,
+            // and always later.
+            self.word.store(word, Ordering::Release);
+            return None;
+        }
         let task = self.take_task();
         self.word
             .store(word & !(STATE | REPEATING), Ordering::Release);
@@ -692,7 +706,7 @@ mod tests {
         let record = Record::new();
         let (_, task) = counter();
         let (gen, _) = record.arm(10, task);
-        assert!(record.withdraw(gen).is_some());
+        assert!(record.withdraw(gen, 10).is_some());
         assert_eq!(record.generation(), gen, "no id got out: same generation");
         let (_, task) = counter();
         let (again, ticket) = record.arm(7, task);
@@ -778,6 +792,26 @@ mod loom_models {
             panic!("due")
         };
         (record, gen, task)
+    }
+
+    /// A producer's refused push withdraws a repeating timer while a stale twin (an earlier
+    /// timer's reference with the same ticket) fires it and re-arms it: the withdraw succeeds
+    /// only if no run began, so a timer reported as refused never ran.
+    #[test]
+    fn withdraw_versus_a_stale_twin_s_run() {
+        loom::model(|| {
+            let (record, gen, ticket) = armed(true);
+            let worker = on_thread(&record, move |record| match record.claim(ticket, 5) {
+                Claim::Fire { task, .. } => {
+                    let _ = record.finish_run(gen, 10, task);
+                    true
+                }
+                _ => false,
+            });
+            let withdrawn = record.withdraw(gen, 5).is_some();
+            let ran = worker.join().unwrap();
+            assert!(withdrawn != ran, "withdrawn={withdrawn} ran={ran}");
+        });
     }
 
     /// cancel races a worker's claim: exactly one of "cancel returned true" and "fired".
