@@ -107,3 +107,48 @@ fn with_one_worker_the_timers_behind_a_blocked_callback_wait_for_it() {
     assert!(timers.shutdown().is_empty());
     assert_eq!(timers.stats().fired, 8);
 }
+
+/// Many workers whose callbacks now and then block for a few milliseconds, so hands are
+/// stolen while their holders take from them: every timer runs exactly once, never early.
+#[test]
+fn hands_stolen_under_load_run_every_timer_exactly_once() {
+    const TIMERS: usize = 20_000;
+    let timers = TimerService::new(Config {
+        shards: 2,
+        executor_threads: 6,
+        pin_threads: false,
+        ..Config::default()
+    })
+    .unwrap();
+    let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..TIMERS).map(|_| AtomicUsize::new(0)).collect());
+    let start = Instant::now();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for i in 0..TIMERS {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let deadline = start + Duration::from_millis(seed % 400);
+        let blocks = seed % 97 == 0;
+        let runs = Arc::clone(&runs);
+        timers
+            .schedule_at(deadline, move || {
+                assert!(Instant::now() >= deadline, "never early");
+                runs[i].fetch_add(1, Ordering::SeqCst);
+                if blocks {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            })
+            .unwrap();
+    }
+    assert!(common::eventually(common::SOON, || {
+        runs.iter().all(|r| r.load(Ordering::SeqCst) > 0)
+    }));
+    assert!(timers.shutdown().is_empty());
+    let twice = runs
+        .iter()
+        .filter(|r| r.load(Ordering::SeqCst) != 1)
+        .count();
+    assert_eq!(twice, 0, "timers run other than once");
+    let stats = timers.stats();
+    assert_eq!((stats.fired, stats.panicked), (TIMERS as u64, 0));
+}

@@ -352,7 +352,7 @@ impl Executor {
         kept
     }
 
-    /// Takes what every stuck worker but `index` holds in hand, passing each run to `take`;
+    /// Takes what a stuck worker other than `index` holds in hand, passing each run to `take`;
     /// `now` (real nanoseconds) is read only when some worker holds runs in hand.
     fn steal_from_stuck_hands(
         &self,
@@ -372,8 +372,13 @@ impl Executor {
         for other in holding {
             // 0: between runs with nothing to run, so not holding any for long.
             let since = self.workers[other].running_since.load(Ordering::Acquire);
-            if since != 0 && now.saturating_sub(since) > STUCK_AFTER {
-                self.hands[other].steal(&mut take);
+            // One hand a call: with the first run kept and the rest in the caller's own
+            // queue, even a queue that refuses every push leaves a hand's worth to keep.
+            if since != 0
+                && now.saturating_sub(since) > STUCK_AFTER
+                && self.hands[other].steal(&mut take) > 0
+            {
+                return;
             }
         }
     }
