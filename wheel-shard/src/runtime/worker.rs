@@ -197,13 +197,13 @@ pub(crate) fn work(core: &Core, index: usize) {
 fn fill_hand(core: &Core, own: &mut WorkerOwn) -> bool {
     let executor = &core.executor;
     let depth = depth(own);
-    let batch = &mut own.batch;
+    let (batch, stopwatch) = (&mut own.batch, &mut own.stopwatch);
     batch.clear();
     if executor.take_own(own.index, depth, |run| batch.push(run)) == 0 {
         executor.find_task(
             own.index,
             depth,
-            || core.clock.real_nanos(),
+            || stopwatch.real_nanos(&core.clock),
             |run| prefetch(core, run),
             |run| batch.push(run),
         );
