@@ -74,6 +74,9 @@ pub(crate) struct WorkerStats {
     run_slot: AtomicU64,
     /// The `shard << 48 | generation` word of that timer's id.
     run_shard_gen: AtomicU64,
+    /// Set by [`Executor::abandon`]. Here, on the line the worker writes on every run, so the
+    /// check before each claim never misses the cache.
+    abandoned: AtomicBool,
     pub(crate) lateness: Durations,
     pub(crate) callback_time: Durations,
     pub(crate) queue_delay: Durations,
@@ -91,6 +94,7 @@ impl WorkerStats {
             running_since: AtomicU64::new(0),
             run_slot: AtomicU64::new(0),
             run_shard_gen: AtomicU64::new(0),
+            abandoned: AtomicBool::new(false),
             lateness: Durations::new(),
             callback_time: Durations::new(),
             queue_delay: Durations::new(),
@@ -190,9 +194,6 @@ pub(crate) struct Executor {
     idle: Idle,
     /// `Config::slow_callback` in nanoseconds.
     pub(crate) slow_callback: u64,
-    /// Set by a `shutdown_timeout` that stopped waiting: workers take no more runs (see
-    /// [`Executor::abandon`]).
-    abandoned: AtomicBool,
 }
 
 impl Executor {
@@ -216,7 +217,6 @@ impl Executor {
                 .collect(),
             idle: Idle::new(),
             slow_callback: u64::try_from(slow_callback.as_nanos()).unwrap_or(u64::MAX),
-            abandoned: AtomicBool::new(false),
         })
     }
 
@@ -283,14 +283,17 @@ impl Executor {
     /// claim already under way when the flag goes up is decided against the pass by the
     /// record's CAS, as ever).
     pub(crate) fn abandon(&self) {
-        self.abandoned.store(true, Ordering::SeqCst);
+        for worker in self.workers.iter() {
+            worker.abandoned.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// Whether [`Executor::abandon`] was called. A hint read before each claim: Relaxed, as
-    /// the record's CAS, not this flag, decides whether a run starts.
+    /// Whether [`Executor::abandon`] was called, as worker `index` reads it: a hint read
+    /// before each claim, Relaxed, as the record's CAS, not this flag, decides whether a run
+    /// starts.
     #[inline]
-    pub(crate) fn abandoned(&self) -> bool {
-        self.abandoned.load(Ordering::Relaxed)
+    pub(crate) fn abandoned(&self, index: usize) -> bool {
+        self.workers[index].abandoned.load(Ordering::Relaxed)
     }
 
     /// Tasks queued and not yet started.

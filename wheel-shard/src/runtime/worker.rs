@@ -233,7 +233,7 @@ fn depth(own: &WorkerOwn) -> usize {
 fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
     // A `shutdown_timeout` stopped waiting: the reference is dropped unclaimed, its timer (if
     // still pending) handed back by that call's pass over the records.
-    if core.executor.abandoned() {
+    if core.executor.abandoned(own.index) {
         // Not running a callback any more, whatever `running_since` says of the last run.
         let running_since = &core.executor.workers[own.index].running_since;
         running_since.store(0, Ordering::Release);
@@ -316,7 +316,7 @@ fn execute_repeating(
     // pass marks a run it finds in progress as the last, so a re-arm that read the flag
     // too early ends it too). A run that panicked ends its timer, as the JDK's
     // `ScheduledThreadPoolExecutor` does.
-    if ok && !core.collected.load(Ordering::SeqCst) && !core.executor.abandoned() {
+    if ok && !core.collected.load(Ordering::SeqCst) && !core.executor.abandoned(own.index) {
         let period = task.period().unwrap_or(1);
         let next = next_run(deadline, period, core.clock.now());
         match record.finish_run(gen, next, task) {
