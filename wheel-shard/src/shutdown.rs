@@ -28,6 +28,12 @@ pub struct ShutdownReport {
     /// repeating timer among them is not re-armed (the run is its last). Empty when every
     /// callback finished in time. The calling callback's own run, when the call comes from a
     /// callback, is not listed: the call never waits for it.
+    ///
+    /// A snapshot taken after the unfired timers were collected. One case escapes it: a worker
+    /// that had just decided on a timer's record when the call gave up (a window of
+    /// nanoseconds, unless the worker is preempted right there) starts that callback after
+    /// the snapshot. The timer is then in neither list; it fires, and counts in
+    /// [`Stats::fired`](crate::Stats::fired), so it still ends exactly once.
     pub still_running: Vec<RunningCallback>,
 }
 
