@@ -512,3 +512,27 @@ fn dropping_the_last_handle_after_giving_up_does_not_wait() {
         "nothing ran after the timeout"
     );
 }
+
+/// No time at all: the threads are told to stop and not waited for, and still every timer
+/// comes back once; whatever has not finished is left to the drop.
+#[test]
+fn a_zero_timeout_still_hands_back_every_timer() {
+    within(SOON, || {
+        for _ in 0..20 {
+            let timers = common::service();
+            let ids: HashSet<TimerId> = (0..500)
+                .map(|i| {
+                    timers
+                        .schedule(Duration::from_secs(60 + i), || unreachable!())
+                        .unwrap()
+                })
+                .collect();
+            let report = timers.shutdown_timeout(Duration::ZERO);
+            let handed: HashSet<TimerId> = report.unfired.iter().map(|u| u.id).collect();
+            assert_eq!(handed, ids);
+            assert_eq!(report.unfired.len(), ids.len());
+            assert!(report.is_complete(), "{:?}", report.still_running);
+            adds_up(&timers.stats(), ids.len());
+        }
+    });
+}
