@@ -79,7 +79,11 @@
 //!   callback cannot wait for its own run, so it waits for the other threads, hands back every
 //!   other unfired timer and returns; a repeating timer whose callback called it is not
 //!   re-armed, and its task is dropped when the run returns (see
-//!   [`TimerService::shutdown`]).
+//!   [`TimerService::shutdown`]). Where a stuck callback must not hold the stop up,
+//!   [`TimerService::shutdown_timeout`] waits for running callbacks only so long: it then
+//!   starts no further callback, hands back every unfired timer (those queued behind the stuck
+//!   ones too, each still exactly once), names the callbacks still running
+//!   ([`ShutdownReport`]) and leaves their threads to finish them.
 //!
 //! # Virtual time
 //!
@@ -135,6 +139,7 @@ mod memory;
 mod runtime;
 mod service;
 mod shard;
+mod shutdown;
 mod stats;
 mod stopwatch;
 mod sync;
@@ -151,6 +156,7 @@ pub use error::{ConfigError, ScheduleError};
 pub use executor::Durations;
 pub use runtime::manual_clock::ManualClock;
 pub use service::{TimerService, WeakTimerService};
+pub use shutdown::{RunningCallback, ShutdownReport};
 pub use stats::{Lateness, Stats};
 pub use timer::{TimerId, Unfired};
 

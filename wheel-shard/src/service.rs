@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::contain::drop_contained;
 use crate::error::{ConfigError, ScheduleError};
-use crate::runtime::core::Core;
-use crate::runtime::hand_back::hand_back_pending;
+use crate::runtime::core::{Core, ThreadGuard, ThreadKind};
+use crate::runtime::hand_back::{hand_back_abandoned, hand_back_pending};
 use crate::runtime::manual_clock::ManualClock;
 use crate::runtime::pinning;
 use crate::runtime::priority;
@@ -20,6 +20,7 @@ use crate::runtime::worker;
 use crate::shard::{
     Cancelled, Claimed, Moved, Notice, Placement, PushRefused, Record, Shard, ShardWheel,
 };
+use crate::shutdown::{RunningCallback, ShutdownReport};
 use crate::stats::{Lateness, Stats};
 use crate::sync;
 use crate::task::{NewTask, OnceFn, Task};
@@ -111,6 +112,12 @@ struct Handle {
     /// for it.
     stopped: Mutex<bool>,
     stopped_signal: Condvar,
+    /// Threads a `shutdown_timeout` stopped waiting for (a callback still running), not yet
+    /// joined. A later `shutdown` from outside the service waits for them and joins them, a
+    /// later `shutdown_timeout` as long as its own timeout allows; the drop of the last handle
+    /// joins those that have finished and detaches the rest, never waiting: each holds the
+    /// core, which goes with the last of them once its callback returns.
+    stragglers: Mutex<Vec<JoinHandle<()>>>,
 }
 
 struct Threads {
@@ -195,6 +202,7 @@ impl TimerService {
             threads: Mutex::new(Some(threads)),
             stopped: Mutex::new(false),
             stopped_signal: Condvar::new(),
+            stragglers: Mutex::new(Vec::new()),
         };
         started.map_err(|source| ConfigError::Spawn { source })?;
         Ok(TimerService {
@@ -621,44 +629,155 @@ impl TimerService {
     ///   callback called it is not re-armed: its task is dropped when the run returns (so a
     ///   service handle it holds is released). A concurrent call from a callback, while another
     ///   shutdown is under way, returns at once.
+    ///
+    /// After a [`TimerService::shutdown_timeout`] that left callbacks running, a call from
+    /// outside the service waits for them too.
     pub fn shutdown(&self) -> Vec<Unfired> {
-        self.handle.shutdown()
+        self.handle.shutdown(true)
+    }
+
+    /// [`TimerService::shutdown`] that waits at most `timeout` for the callbacks still running
+    /// (plus the moment the pass over the records takes, see `shutdown`), for a service that
+    /// must stop in bounded time: behind a proxy, under an orchestrator's grace period.
+    ///
+    /// It stops the service exactly as `shutdown` does: no new timers, no more moves, tick
+    /// threads stop, the executor runs what was handed to it, and every timer that had not
+    /// fired comes back in [`ShutdownReport::unfired`]. Once `timeout` has passed with
+    /// callbacks still running, it stops waiting:
+    /// - no further callback starts: the workers drop what they have queued or in hand without
+    ///   running it, and those timers are handed back with the rest, each exactly once (a
+    ///   worker's claim racing the hand-back is decided on the timer's record, so a timer is
+    ///   either handed back or fired, never both nor neither);
+    /// - the callbacks still running are named in [`ShutdownReport::still_running`]; their
+    ///   threads are left to finish them and exit (a repeating timer among them ends with that
+    ///   run, not re-armed); they are joined by a later `shutdown` from outside the service,
+    ///   which waits for them, or detached when the last handle is dropped, which never waits
+    ///   for them (see [`TimerService`]'s drop).
+    ///
+    /// With no callback running past `timeout` it is `shutdown`, with `still_running` empty.
+    /// `Duration::MAX` (any timeout too long to have a deadline) waits as `shutdown` does.
+    ///
+    /// Idempotent and safe from any thread, concurrently with other calls and from inside a
+    /// callback, as `shutdown` is: a later or concurrent call hands back nothing, waits for
+    /// the first call and the threads it left running at most `timeout`, and names the
+    /// callbacks running when it returns; called from a callback, it does not wait for its own
+    /// worker (and does not list its own run).
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wheel_shard::{Config, TimerService};
+    ///
+    /// let timers = TimerService::new(Config { executor_threads: 1, ..Config::default() }).unwrap();
+    /// let (started, wait) = std::sync::mpsc::channel();
+    /// let stuck = timers
+    ///     .schedule(Duration::ZERO, move || {
+    ///         started.send(()).unwrap();
+    ///         std::thread::sleep(Duration::from_secs(2)); // a callback that blocks
+    ///     })
+    ///     .unwrap();
+    /// let late = timers.schedule(Duration::from_secs(60), || {}).unwrap();
+    /// wait.recv().unwrap();
+    ///
+    /// let begun = Instant::now();
+    /// let report = timers.shutdown_timeout(Duration::from_millis(100));
+    /// assert!(begun.elapsed() < Duration::from_secs(1));
+    /// assert_eq!(report.unfired.len(), 1);
+    /// assert_eq!(report.unfired[0].id, late);
+    /// assert_eq!(report.still_running.len(), 1);
+    /// assert_eq!(report.still_running[0].id, stuck);
+    /// assert!(report.still_running[0].running_for >= Duration::from_millis(100));
+    /// ```
+    pub fn shutdown_timeout(&self, timeout: Duration) -> ShutdownReport {
+        self.handle.shutdown_timeout(timeout)
     }
 }
 
 impl Handle {
-    fn shutdown(&self) -> Vec<Unfired> {
-        let threads = self
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let Some(threads) = threads else {
+    /// `TimerService::shutdown`; with `wait_for_stragglers`, a later call from outside the
+    /// service also waits for the threads a `shutdown_timeout` left running (the drop of the
+    /// last handle does not).
+    fn shutdown(&self, wait_for_stragglers: bool) -> Vec<Unfired> {
+        let Some(threads) = self.take_threads() else {
             // Another call is shutting down or has. A service thread must not wait for it: that
             // call may be joining this very thread.
             if !self.core.is_own_thread() {
-                self.wait_until_stopped();
+                self.wait_until_stopped(None);
+                if wait_for_stragglers {
+                    self.wait_for_stragglers(None);
+                }
             }
             return Vec::new();
         };
         let unfired = self.stop(threads);
-        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.stopped_signal.notify_all();
+        self.mark_stopped();
         unfired
     }
 
-    fn wait_until_stopped(&self) {
-        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
-        while !*stopped {
-            stopped = self
-                .stopped_signal
-                .wait(stopped)
-                .unwrap_or_else(|e| e.into_inner());
-        }
+    /// `TimerService::shutdown_timeout`.
+    fn shutdown_timeout(&self, timeout: Duration) -> ShutdownReport {
+        let deadline = Instant::now().checked_add(timeout);
+        let Some(threads) = self.take_threads() else {
+            // As in `shutdown`, but waiting at most until the deadline.
+            if !self.core.is_own_thread() && self.wait_until_stopped(deadline) {
+                self.wait_for_stragglers(deadline);
+            }
+            return ShutdownReport {
+                unfired: Vec::new(),
+                still_running: self.running_callbacks(),
+            };
+        };
+        let report = match deadline {
+            Some(deadline) => self.stop_by(threads, deadline),
+            None => ShutdownReport {
+                unfired: self.stop(threads),
+                still_running: Vec::new(),
+            },
+        };
+        self.mark_stopped();
+        report
     }
 
-    /// Stops and joins every thread but the calling one, and collects the unfired timers.
-    fn stop(&self, threads: Threads) -> Vec<Unfired> {
+    /// The threads, for the first shutdown call; `None` for any later one.
+    fn take_threads(&self) -> Option<Threads> {
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Tells later shutdown calls that the first one is done.
+    fn mark_stopped(&self) {
+        *self.stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stopped_signal.notify_all();
+    }
+
+    /// Waits until the first shutdown call is done, or until `deadline` (`None`: none);
+    /// whether it is done.
+    fn wait_until_stopped(&self, deadline: Option<Instant>) -> bool {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        while !*stopped {
+            let Some(deadline) = deadline else {
+                stopped = self
+                    .stopped_signal
+                    .wait(stopped)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                return false;
+            }
+            stopped = self
+                .stopped_signal
+                .wait_timeout(stopped, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Closes the service to new timers and moves and tells the tick threads to stop.
+    fn close(&self) {
         let core = &self.core;
         core.closed.store(true, Ordering::SeqCst);
         for shard in core.shards.iter() {
@@ -671,6 +790,12 @@ impl Handle {
             // timer back (`shard/lane.rs`), before the records are read below.
             sync::heavy_barrier();
         }
+    }
+
+    /// Stops and joins every thread but the calling one, and collects the unfired timers.
+    fn stop(&self, threads: Threads) -> Vec<Unfired> {
+        let core = &self.core;
+        self.close();
         for tick in threads.ticks {
             join_unless_current(tick);
         }
@@ -689,7 +814,150 @@ impl Handle {
         core.collected.store(true, Ordering::SeqCst);
         unfired
     }
+
+    /// [`Handle::stop`] that waits for the threads only until `deadline`: then the executor is
+    /// abandoned (no worker starts another callback), the pass over the records takes back
+    /// every timer still pending and makes every repeating run in progress its timer's last
+    /// (`runtime/hand_back.rs`), the callbacks still running are read off their workers, and
+    /// the threads that have not finished are kept as stragglers.
+    fn stop_by(&self, threads: Threads, deadline: Instant) -> ShutdownReport {
+        let core = &self.core;
+        self.close();
+        // Called from a callback, the calling worker is not waited for (it cannot finish).
+        let own = core.own_worker();
+        // The tick threads first, as in `stop`: what they hand out on their way is the
+        // executor's to run.
+        core.exits
+            .wait_until(Some(deadline), |live| live.ticks == 0);
+        core.executor.stop();
+        let others = usize::from(own.is_some());
+        core.exits
+            .wait_until(Some(deadline), |live| live.workers <= others);
+        // Whoever is still running, no callback starts from here on; what they queued or hold
+        // is pending in its record, and the pass takes it.
+        core.executor.abandon();
+        let mut unfired = Vec::new();
+        let _ = unfired.try_reserve_exact(core.pending());
+        for shard in core.shards.iter() {
+            hand_back_abandoned(core, shard, &mut unfired);
+        }
+        core.collected.store(true, Ordering::SeqCst);
+        let still_running = self.running_callbacks();
+        let stragglers = self.join_finished(threads.ticks.into_iter().chain(threads.workers));
+        self.stragglers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(stragglers);
+        ShutdownReport {
+            unfired,
+            still_running,
+        }
+    }
+
+    /// The callbacks the workers run now, longest-running first, but the calling callback's.
+    fn running_callbacks(&self) -> Vec<RunningCallback> {
+        let core = &self.core;
+        let own = core.own_worker();
+        let now = core.clock.real_nanos();
+        let mut running: Vec<RunningCallback> = core
+            .executor
+            .workers
+            .iter()
+            .enumerate()
+            .filter(|&(index, _)| Some(index) != own)
+            .filter_map(|(_, worker)| worker.current_run())
+            .map(|(slot, shard_gen, since)| RunningCallback {
+                id: TimerId::from_parts(core.tag, slot, shard_gen),
+                running_for: Duration::from_nanos(now.saturating_sub(since)),
+            })
+            .collect();
+        running.sort_by_key(|run| std::cmp::Reverse(run.running_for));
+        running
+    }
+
+    /// Joins the threads of `handles` that have finished, or have left their bodies and
+    /// finish within [`TEARDOWN`] (together), and returns the others. The calling thread's
+    /// own handle is dropped: it finishes on its own once the call returns.
+    fn join_finished(&self, handles: impl Iterator<Item = JoinHandle<()>>) -> Vec<JoinHandle<()>> {
+        let me = thread::current().id();
+        let teardown_until = Instant::now() + TEARDOWN;
+        let mut running = Vec::new();
+        for handle in handles {
+            if handle.thread().id() == me {
+                continue;
+            }
+            if self.finishes_by(&handle, teardown_until) {
+                join_unless_current(handle);
+            } else {
+                running.push(handle);
+            }
+        }
+        running
+    }
+
+    /// Whether `handle`'s thread has finished, or has left its body (only its teardown is
+    /// left: its thread-locals' destructors) and finishes by `until`.
+    fn finishes_by(&self, handle: &JoinHandle<()>, until: Instant) -> bool {
+        if handle.is_finished() {
+            return true;
+        }
+        if !self.core.exits.has_left(handle.thread().id()) {
+            return false;
+        }
+        while !handle.is_finished() {
+            if Instant::now() >= until {
+                return false;
+            }
+            thread::yield_now();
+        }
+        true
+    }
+
+    /// Joins the stragglers a `shutdown_timeout` left (see [`Handle::stragglers`]) as they
+    /// finish, until none is left (`true`) or `deadline` passes (`None`: no deadline).
+    fn wait_for_stragglers(&self, deadline: Option<Instant>) -> bool {
+        loop {
+            let waiting: Vec<thread::ThreadId> = {
+                let mut stragglers = self.stragglers.lock().unwrap_or_else(|e| e.into_inner());
+                let (finished, waiting): (Vec<_>, Vec<_>) =
+                    stragglers.drain(..).partition(JoinHandle::is_finished);
+                *stragglers = waiting;
+                finished.into_iter().for_each(|handle| {
+                    join_unless_current(handle);
+                });
+                stragglers.iter().map(|h| h.thread().id()).collect()
+            };
+            if waiting.is_empty() {
+                return true;
+            }
+            let exits = &self.core.exits;
+            let left = exits.wait_until(deadline, |live| {
+                waiting.iter().all(|id| live.left.contains(id))
+            });
+            if !left || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return false;
+            }
+            // They have left their bodies: only their teardown is left.
+            thread::yield_now();
+        }
+    }
+
+    /// At the drop of the last handle: joins the stragglers that have finished and detaches
+    /// the others, without waiting for any.
+    fn release_stragglers(&self) {
+        let stragglers =
+            std::mem::take(&mut *self.stragglers.lock().unwrap_or_else(|e| e.into_inner()));
+        for handle in stragglers {
+            if handle.is_finished() {
+                join_unless_current(handle);
+            }
+        }
+    }
 }
+
+/// How long a bounded shutdown gives the threads that have left their bodies to finish
+/// (their thread-locals' destructors), all together, before it leaves them to a later join.
+const TEARDOWN: Duration = Duration::from_millis(20);
 
 /// A schedule refused with `error`: its task is dropped here, a panic in the task's `Drop`
 /// contained and counted, so the caller gets the error and never an unwinding panic.
@@ -760,7 +1028,7 @@ fn spawn_threads(
     for (index, shards) in groups.into_iter().enumerate() {
         let pin = cores.get(index).copied();
         let driven: Vec<usize> = shards.iter().map(|&(shard, _)| shard).collect();
-        let thread_core = Arc::clone(core);
+        let thread_core = ThreadGuard::new(Arc::clone(core), ThreadKind::Tick);
         let realtime = core.config.realtime_ticks;
         let short_slice = core.config.short_tick_slice;
         let handle = spawn_named(format!("wheel-tick-{index}"), field, count, move || {
@@ -792,12 +1060,15 @@ fn spawn_threads(
         threads.ticks.push(handle);
     }
     for index in 0..core.config.executor_threads {
-        let thread_core = Arc::clone(core);
+        let thread_core = ThreadGuard::new(Arc::clone(core), ThreadKind::Worker);
         let handle = spawn_named(
             format!("wheel-exec-{index}"),
             "executor_threads",
             core.config.executor_threads,
-            move || worker::work(&thread_core, index),
+            move || {
+                thread_core.enter_worker(index);
+                worker::work(&thread_core, index);
+            },
         )?;
         threads.workers.push(handle);
     }
@@ -854,8 +1125,12 @@ impl std::error::Error for SpawnRefused {
 }
 
 impl Drop for Handle {
+    /// Shuts the service down as `shutdown` does, then joins the threads a `shutdown_timeout`
+    /// left running that have finished since, and detaches the others without waiting for
+    /// them.
     fn drop(&mut self) {
-        let unfired = self.shutdown();
+        let unfired = self.shutdown(false);
+        self.release_stragglers();
         if !unfired.is_empty() {
             tracing::debug!(
                 count = unfired.len(),

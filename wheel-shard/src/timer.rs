@@ -66,6 +66,21 @@ impl TimerId {
     pub(crate) fn gen(&self) -> u64 {
         self.shard_gen & ((1 << GEN_BITS) - 1)
     }
+
+    /// The `shard << 48 | generation` word, as [`TimerId::from_parts`] takes it.
+    pub(crate) fn shard_gen(&self) -> u64 {
+        self.shard_gen
+    }
+
+    /// The id of service `service` whose slot and `shard << 48 | generation` word are these
+    /// (as a worker publishes its run, see `WorkerStats::publish_run`).
+    pub(crate) fn from_parts(service: u32, slot: u32, shard_gen: u64) -> Self {
+        TimerId {
+            service,
+            slot,
+            shard_gen,
+        }
+    }
 }
 
 impl fmt::Debug for TimerId {

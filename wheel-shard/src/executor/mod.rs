@@ -19,7 +19,7 @@ mod hand;
 mod handout;
 mod idle;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crossbeam_deque::Steal;
@@ -76,8 +76,19 @@ pub(crate) struct WorkerStats {
     /// handed out and is not counted here by any worker still waits, in a queue or a hand.
     pub(crate) taken: AtomicU64,
     /// When the run, or the step of table growth, in progress started (`Clock::real_nanos`,
-    /// at least 1); 0 while the worker is between runs with nothing to run, or asleep.
+    /// at least 1); 0 while the worker is between runs with nothing to run, or asleep. Odd
+    /// for a callback's run ([`WorkerStats::publish_run`]), even for a chore
+    /// ([`WorkerStats::start_chore`]): the clock's lowest bit is given up to tell them apart.
     pub(crate) running_since: AtomicU64,
+    /// The slot of the timer whose run started last, and in the high half the low 32 bits of
+    /// `fired` that run set: what ties the two id words to one run (see
+    /// [`WorkerStats::publish_run`]).
+    run_slot: AtomicU64,
+    /// The `shard << 48 | generation` word of that timer's id.
+    run_shard_gen: AtomicU64,
+    /// Set by [`Executor::abandon`]. Here, on the line the worker writes on every run, so the
+    /// check before each claim never misses the cache.
+    abandoned: AtomicBool,
     pub(crate) lateness: Durations,
     pub(crate) callback_time: Durations,
     pub(crate) queue_delay: Durations,
@@ -93,6 +104,9 @@ impl WorkerStats {
             done: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             running_since: AtomicU64::new(0),
+            run_slot: AtomicU64::new(0),
+            run_shard_gen: AtomicU64::new(0),
+            abandoned: AtomicBool::new(false),
             lateness: Durations::new(),
             callback_time: Durations::new(),
             queue_delay: Durations::new(),
@@ -111,6 +125,67 @@ impl WorkerStats {
     #[inline]
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Release);
+    }
+
+    /// Worker: counts the run of timer `id` that starts at `started` (real nanoseconds) in
+    /// `fired` and publishes it, so that [`WorkerStats::current_run`] can name it from another
+    /// thread.
+    ///
+    /// What it costs the run beyond the count and the start time it always stored: two plain
+    /// stores of the id's words and a release fence (nothing on x86, no locked instruction).
+    /// The order is a sequence lock with `fired` as its sequence: the count first (run `n`),
+    /// then the fence, the start time and the generation word, and last, with Release, the
+    /// slot word that carries `n`'s low bits. A reader that finds those bits equal to the
+    /// count it reads after the other words saw nothing of a later run (whose writes all
+    /// follow its count), and nothing of an earlier one (the slot word's Release brings run
+    /// `n`'s writes along). A re-check of the start time alone would not do: a reader could see
+    /// the new id words with the old start time, or one new id word and one old.
+    #[inline]
+    pub(crate) fn publish_run(&self, slot: u32, shard_gen: u64, started: u64) {
+        let runs = self.fired.load(Ordering::Relaxed) + 1;
+        self.fired.store(runs, Ordering::Release);
+        fence(Ordering::Release);
+        self.run_shard_gen.store(shard_gen, Ordering::Relaxed);
+        self.running_since.store(started | 1, Ordering::Release);
+        self.run_slot.store(
+            u64::from(runs as u32) << 32 | u64::from(slot),
+            Ordering::Release,
+        );
+    }
+
+    /// Worker: a chore that counts as a run for the tick threads' watch over stuck workers
+    /// (it may take milliseconds), started at `now`; not a callback, so an even time.
+    pub(crate) fn start_chore(&self, now: u64) {
+        self.running_since
+            .store((now & !1).max(2), Ordering::Release);
+    }
+
+    /// The callback this worker runs now, if it runs one: its timer's slot and
+    /// `shard << 48 | generation` word, and when the run started (`Clock::real_nanos`, odd).
+    /// `None` while the worker is idle, asleep, gone, or busy with a chore.
+    ///
+    /// Any thread; the read side of [`WorkerStats::publish_run`]'s sequence lock. A worker
+    /// that starts run after run meanwhile makes it read again; after a bounded number of
+    /// tries (the worker would be starting a run every few hundred nanoseconds for the whole
+    /// time) it gives up with `None`.
+    pub(crate) fn current_run(&self) -> Option<(u32, u64, u64)> {
+        const TRIES: u32 = 1000;
+        for attempt in 0..TRIES {
+            let slot = self.run_slot.load(Ordering::Acquire);
+            let since = self.running_since.load(Ordering::Relaxed);
+            let shard_gen = self.run_shard_gen.load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            let runs = self.fired.load(Ordering::Relaxed);
+            if (slot >> 32) as u32 == runs as u32 {
+                return (since & 1 == 1).then_some((slot as u32, shard_gen, since));
+            }
+            if attempt % 64 == 63 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        None
     }
 }
 
@@ -216,6 +291,26 @@ impl Executor {
     /// Lets workers exit once the queues are empty.
     pub(crate) fn stop(&self) {
         self.idle.stop();
+    }
+
+    /// Gives up on everything queued or in a worker's hands: from now on a worker drops every
+    /// reference it takes without a look at its record, so no callback starts; the workers
+    /// still empty the queues that way, and exit. For a shutdown that stopped waiting for its
+    /// workers, whose pass over the records then takes back every timer still pending (a
+    /// claim already under way when the flag goes up is decided against the pass by the
+    /// record's CAS, as ever).
+    pub(crate) fn abandon(&self) {
+        for worker in self.workers.iter() {
+            worker.abandoned.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether [`Executor::abandon`] was called, as worker `index` reads it: a hint read
+    /// before each claim, Relaxed, as the record's CAS, not this flag, decides whether a run
+    /// starts.
+    #[inline]
+    pub(crate) fn abandoned(&self, index: usize) -> bool {
+        self.workers[index].abandoned.load(Ordering::Relaxed)
     }
 
     /// Tasks queued and not yet started, those in the workers' hands included.

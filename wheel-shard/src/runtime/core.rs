@@ -1,9 +1,11 @@
 //! [`Core`]: everything the service's threads share.
 
 use std::cell::Cell;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -32,6 +34,12 @@ pub(crate) struct Core {
     pub(crate) strays: AtomicU64,
     /// Timers handed back by `shutdown`.
     pub(crate) handed_back: AtomicU64,
+    /// Repeating timers whose run was in progress when a `shutdown_timeout`'s pass came by:
+    /// that run is their last (see `runtime/hand_back.rs`).
+    pub(crate) ended_with_run: AtomicU64,
+    /// The service's threads still running their bodies, and the signal each sends as it
+    /// leaves: how a `shutdown_timeout` waits for them with a deadline.
+    pub(crate) exits: Exits,
     /// Tick threads the OS let run under real-time priority (`Stats::realtime_ticks`).
     pub(crate) realtime_ticks: AtomicUsize,
     pub(crate) limit: PendingLimit,
@@ -79,6 +87,116 @@ impl Settle {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+    }
+}
+
+/// Which of the service's threads are still in their bodies (std's `JoinHandle` has no timed
+/// join): each thread holds a [`ThreadGuard`], counted here from before the thread is
+/// spawned, whose drop (at the end of the body, or as a panic unwinds it) takes it off the
+/// count, notes its id and signals. A `shutdown_timeout` waits on the signal with its
+/// deadline, and then joins only threads that have finished.
+#[derive(Default)]
+pub(crate) struct Exits {
+    state: Mutex<Live>,
+    changed: Condvar,
+}
+
+/// The threads of a service still in their bodies, under [`Exits`]' lock.
+#[derive(Default)]
+pub(crate) struct Live {
+    pub(crate) ticks: usize,
+    pub(crate) workers: usize,
+    /// The threads that have left their bodies.
+    pub(crate) left: Vec<ThreadId>,
+}
+
+/// The kind of a service thread, for [`Exits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ThreadKind {
+    Tick,
+    Worker,
+}
+
+impl Exits {
+    fn lock(&self) -> MutexGuard<'_, Live> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until `done` holds of the live threads, or until `deadline` passes (`None`: no
+    /// deadline). Returns whether `done` held.
+    pub(crate) fn wait_until(
+        &self,
+        deadline: Option<Instant>,
+        mut done: impl FnMut(&Live) -> bool,
+    ) -> bool {
+        let mut live = self.lock();
+        loop {
+            if done(&live) {
+                return true;
+            }
+            let Some(deadline) = deadline else {
+                live = self.changed.wait(live).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                return false;
+            }
+            live = self
+                .changed
+                .wait_timeout(live, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether thread `id` has left its body.
+    pub(crate) fn has_left(&self, id: ThreadId) -> bool {
+        self.lock().left.contains(&id)
+    }
+}
+
+/// What a service thread holds while it runs its body (see [`Exits`]): the service's core,
+/// and its place in the count of live threads.
+pub(crate) struct ThreadGuard {
+    core: Arc<Core>,
+    kind: ThreadKind,
+}
+
+impl ThreadGuard {
+    /// Counts a thread of `kind` about to be spawned: the guard goes into its body (a
+    /// refused spawn drops it, and the count goes back).
+    pub(crate) fn new(core: Arc<Core>, kind: ThreadKind) -> ThreadGuard {
+        {
+            let mut live = core.exits.lock();
+            match kind {
+                ThreadKind::Tick => live.ticks += 1,
+                ThreadKind::Worker => live.workers += 1,
+            }
+        }
+        ThreadGuard { core, kind }
+    }
+}
+
+impl Deref for ThreadGuard {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Drop for ThreadGuard {
+    fn drop(&mut self) {
+        let exits = &self.core.exits;
+        let mut live = exits.lock();
+        match self.kind {
+            ThreadKind::Tick => live.ticks -= 1,
+            ThreadKind::Worker => live.workers -= 1,
+        }
+        live.left.push(std::thread::current().id());
+        drop(live);
+        exits.changed.notify_all();
     }
 }
 
@@ -159,6 +277,8 @@ impl Core {
             drop_panics: AtomicU64::new(0),
             strays: AtomicU64::new(0),
             handed_back: AtomicU64::new(0),
+            ended_with_run: AtomicU64::new(0),
+            exits: Exits::default(),
             realtime_ticks: AtomicUsize::new(0),
             clock,
             settle: Settle::default(),
@@ -218,7 +338,9 @@ impl Core {
             .iter()
             .map(|s| s.cancelled.load(Ordering::Relaxed))
             .sum();
-        let ended = self.executor.ended() + self.handed_back.load(Ordering::Relaxed);
+        let ended = self.executor.ended()
+            + self.handed_back.load(Ordering::Relaxed)
+            + self.ended_with_run.load(Ordering::Relaxed);
         scheduled.saturating_sub(cancelled + ended) as usize
     }
 
@@ -251,6 +373,20 @@ impl Core {
     /// must not wait for the service's threads to stop (it may be one of them).
     pub(crate) fn is_own_thread(&self) -> bool {
         OWN_SERVICE.with(Cell::get) == self.tag
+    }
+
+    /// Marks the calling thread as this service's worker `index`.
+    pub(crate) fn enter_worker(&self, index: usize) {
+        self.enter_thread();
+        OWN_WORKER.with(|own| own.set(index));
+    }
+
+    /// The index of this service's worker that is the calling thread, if it is one (a
+    /// `shutdown_timeout` from a callback does not wait for its own worker, nor name its own
+    /// run as still running).
+    pub(crate) fn own_worker(&self) -> Option<usize> {
+        let index = OWN_WORKER.with(Cell::get);
+        (self.is_own_thread() && index != usize::MAX).then_some(index)
     }
 
     /// The shard for the next timer a thread schedules: a hash of a per-thread sequence that
@@ -288,6 +424,9 @@ const SHARD_RUN: u64 = 64;
 thread_local! {
     /// The tag of the service whose thread this is; 0 (never a tag) on other threads.
     static OWN_SERVICE: Cell<u32> = const { Cell::new(0) };
+    /// The index of the worker this thread is, for the service `OWN_SERVICE` names;
+    /// `usize::MAX` on other threads.
+    static OWN_WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
 /// A tag no other service of this process has (until 2^32 − 1 services have been started).

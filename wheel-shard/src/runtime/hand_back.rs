@@ -11,11 +11,19 @@
 //! shutdown called from a callback cannot join its own worker, whose batch in hand still
 //! holds references: the pass takes those timers too, and the worker later finds its
 //! references stale.
+//!
+//! A `shutdown_timeout` that stopped waiting for its workers makes the same pass while some
+//! of them still run callbacks, so it must leave nothing a worker could act on afterwards
+//! ([`hand_back_abandoned`]): the executor is abandoned first (a worker takes no reference
+//! any more), every pending timer is taken as above (a claim racing the pass is decided by
+//! the record's CAS: the pass takes the timer, or the worker fires it), and a repeating
+//! timer whose run is in progress is marked as on its last run, so that no re-arm after the
+//! pass leaves it armed with nobody to fire it or hand it back.
 
 use std::sync::atomic::Ordering;
 
 use crate::runtime::core::Core;
-use crate::shard::Shard;
+use crate::shard::{AtShutdown, Shard};
 use crate::timer::{TimerId, Unfired};
 
 /// Takes back every timer pending in `shard`'s table into `unfired`: each record retired, its
@@ -39,4 +47,35 @@ pub(crate) fn hand_back_pending(core: &Core, shard: &Shard, unfired: &mut Vec<Un
     let taken = unfired.len() - before;
     core.handed_back.fetch_add(taken as u64, Ordering::Relaxed);
     core.limit.release_many(taken);
+}
+
+/// [`hand_back_pending`] for a shutdown whose workers may still be running callbacks (see the
+/// module doc): also makes every repeating timer's run in progress its last, counting the
+/// timer as ended (`Core::ended_with_run`) and giving back its `max_pending` place here, as a
+/// `cancel` during a run does; its worker retires the record and drops the task when the run
+/// returns.
+pub(crate) fn hand_back_abandoned(core: &Core, shard: &Shard, unfired: &mut Vec<Unfired>) {
+    let before = unfired.len();
+    let mut ended = 0;
+    for slot in 0..shard.table.high_water() {
+        let Some(record) = shard.table.record(slot) else {
+            continue;
+        };
+        match record.at_shutdown() {
+            AtShutdown::Nothing => {}
+            AtShutdown::RunEnds => ended += 1,
+            AtShutdown::Pending(gen, deadline, task) => {
+                shard.table.release(slot);
+                unfired.push(Unfired {
+                    id: TimerId::new(core.tag, shard.index, slot, gen),
+                    deadline: core.clock.instant(deadline),
+                    task,
+                });
+            }
+        }
+    }
+    let taken = unfired.len() - before;
+    core.handed_back.fetch_add(taken as u64, Ordering::Relaxed);
+    core.ended_with_run.fetch_add(ended, Ordering::Relaxed);
+    core.limit.release_many(taken + ended as usize);
 }

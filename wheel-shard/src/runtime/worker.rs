@@ -176,10 +176,7 @@ pub(crate) fn work(core: &Core, index: usize) {
         // Preparing memory counts as a run: it faults fresh memory, which can take this VM
         // milliseconds, and the tick threads must see this worker stuck in it and wake
         // another for what they hand out meanwhile, not count on it as free.
-        running_since.store(
-            own.stopwatch.real_nanos(&core.clock).max(1),
-            Ordering::Release,
-        );
+        executor.workers[index].start_chore(own.stopwatch.real_nanos(&core.clock));
         let prepared = core.prepare_memory();
         running_since.store(0, Ordering::Release);
         if prepared {
@@ -235,6 +232,14 @@ fn depth(own: &WorkerOwn) -> usize {
 /// One reference: fire its timer, send it back to the wheel if it was postponed, or drop it
 /// if it is stale.
 fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
+    // A `shutdown_timeout` stopped waiting: the reference is dropped unclaimed, its timer (if
+    // still pending) handed back by that call's pass over the records.
+    if core.executor.abandoned(own.index) {
+        // Not running a callback any more, whatever `running_since` says of the last run.
+        let running_since = &core.executor.workers[own.index].running_since;
+        running_since.store(0, Ordering::Release);
+        return;
+    }
     let shard = &core.shards[run.shard as usize];
     let Some(record) = shard.table.record(run.timer.slot) else {
         core.report_stray(shard.index, run.timer.slot, "handed out without a record");
@@ -307,9 +312,12 @@ fn execute_repeating(
     let record = shard.table.record_of(run.timer.slot);
     let gen = id.gen();
     // Once shutdown has collected what it hands back, nobody reads the notices: a timer
-    // whose run ends later (its callback called `shutdown`, say) ends here instead. A run
-    // that panicked ends its timer, as the JDK's `ScheduledThreadPoolExecutor` does.
-    if ok && !core.collected.load(Ordering::SeqCst) {
+    // whose run ends later (its callback called `shutdown`, say) ends here instead, and so
+    // does one whose run ends after a `shutdown_timeout` gave up on its worker (that call's
+    // pass marks a run it finds in progress as the last, so a re-arm that read the flag
+    // too early ends it too). A run that panicked ends its timer, as the JDK's
+    // `ScheduledThreadPoolExecutor` does.
+    if ok && !core.collected.load(Ordering::SeqCst) && !core.executor.abandoned(own.index) {
         let period = task.period().unwrap_or(1);
         let next = next_run(deadline, period, core.clock.now());
         match record.finish_run(gen, next, task) {
@@ -360,8 +368,9 @@ fn panicked(
 fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut WorkerOwn) {
     let stats = &core.executor.workers[own.index];
     let started = own.stopwatch.real_nanos(&core.clock);
-    stats.running_since.store(started.max(1), Ordering::Release);
-    // Recorded before the run, so `stats()` counts a run as soon as it has started.
+    // Counted in `fired` here, before the run, so `stats()` counts a run as soon as it has
+    // started; published with its id, so a `shutdown_timeout` can name it.
+    stats.publish_run(id.slot(), id.shard_gen(), started);
     stats
         .lateness
         .record(core.clock.lateness(deadline, started));
@@ -370,7 +379,6 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
     if queued_for > own.help_calls.behind {
         call_for_help(core, own, started);
     }
-    WorkerStats::count(&stats.fired);
     let slow = measure_last_run(core, own, stats, started);
     report_slow(core, own, slow);
     own.last_run = Some(LastRun { started, id });

@@ -49,7 +49,9 @@ use crate::sync;
 pub(crate) use cells::{Cells, RingRefused};
 pub(crate) use lane::Lane;
 pub(crate) use prefault::{Prefault, AHEAD_BYTES as PREFAULT_AHEAD_BYTES};
-pub(crate) use record::{ticket_of, Cancelled, Claim, Moved, Record, Ticket, GENERATION_BITS};
+pub(crate) use record::{
+    ticket_of, AtShutdown, Cancelled, Claim, Moved, Record, Ticket, GENERATION_BITS,
+};
 pub(crate) use ring::{PendingRing, PushError};
 pub(crate) use table::{Claimed, TimerTable};
 use wake::TickWaker;

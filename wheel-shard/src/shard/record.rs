@@ -140,6 +140,19 @@ pub(crate) enum Cancelled {
     DuringRun,
 }
 
+/// What a `shutdown_timeout`'s pass over the records found in one ([`Record::at_shutdown`]).
+#[derive(Debug)]
+pub(crate) enum AtShutdown {
+    /// Nothing to do: the record is free, or its timer ends otherwise (cancelled during its
+    /// run, say).
+    Nothing,
+    /// A pending timer, taken out and the record retired: its generation, deadline and task.
+    Pending(u64, u64, Task),
+    /// A repeating timer's run is in progress: it is now its last (the record CANCELLED, as a
+    /// `cancel` during the run leaves it), and its worker ends the timer when it returns.
+    RunEnds,
+}
+
 /// What a successful `reschedule` needs next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Moved {
@@ -452,6 +465,54 @@ impl Record {
         Some(self.take_back(word))
     }
 
+    /// At a shutdown that gave up waiting for its workers, without a reference: takes back
+    /// the timer pending in this record, or makes a repeating timer's run in progress its last
+    /// (see [`AtShutdown`]).
+    ///
+    /// Unlike [`Record::hand_back_pending`], it waits out the LOCKED bit whatever the state: a
+    /// worker whose run has just returned holds it over a RUNNING record while it re-arms the
+    /// timer (`finish_run`), and the pass must then find the timer SCHEDULED and take it, not
+    /// pass it by as running and leave it armed behind the shutdown. Either the worker's
+    /// `finish_run` takes the bit first, and the pass finds the re-armed timer; or the pass
+    /// marks the record first, and `finish_run` ends the timer.
+    pub(crate) fn at_shutdown(&self) -> AtShutdown {
+        let backoff = Backoff::new();
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if word & LOCKED != 0 {
+                spin_wait(&backoff);
+                continue;
+            }
+            match word & STATE {
+                SCHEDULED => {
+                    if self
+                        .word
+                        .compare_exchange(word, word | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        let (gen, deadline, task) = self.take_back(word);
+                        return AtShutdown::Pending(gen, deadline, task);
+                    }
+                }
+                RUNNING => {
+                    if self
+                        .word
+                        .compare_exchange(
+                            word,
+                            with_state(word, CANCELLED),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        return AtShutdown::RunEnds;
+                    }
+                }
+                _ => return AtShutdown::Nothing,
+            }
+        }
+    }
+
     /// Takes the task out of the record held with `word` and retires it: its generation,
     /// deadline and task.
     fn take_back(&self, word: u64) -> (u64, u64, Task) {
@@ -747,6 +808,43 @@ mod tests {
         assert!(record.finish_run(gen, 6, task).is_err());
     }
 
+    /// A shutdown that gave up on its workers takes back a pending timer and makes a run in
+    /// progress the last: the run's end then retires the record instead of re-arming it.
+    #[test]
+    fn at_shutdown_takes_a_pending_timer_and_ends_a_running_one() {
+        let record = Record::new();
+        assert!(matches!(record.at_shutdown(), AtShutdown::Nothing), "free");
+        let (_, task) = counter();
+        let (gen, _) = record.arm(10, task);
+        let AtShutdown::Pending(handed, deadline, _task) = record.at_shutdown() else {
+            panic!("pending")
+        };
+        assert_eq!((handed, deadline), (gen, 10));
+        assert_eq!(record.generation(), gen + 1, "retired");
+        assert!(matches!(record.at_shutdown(), AtShutdown::Nothing), "once");
+
+        let (gen, ticket) = record.arm(5, Task::every(|| {}, 1));
+        let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+            panic!("due at 5");
+        };
+        assert!(matches!(record.at_shutdown(), AtShutdown::RunEnds));
+        assert!(matches!(record.at_shutdown(), AtShutdown::Nothing), "once");
+        assert!(matches!(record.cancel(gen), Cancelled::No), "ended already");
+        assert!(record.finish_run(gen, 6, task).is_err(), "not re-armed");
+        assert_eq!(record.generation(), gen + 1, "retired by its worker");
+
+        // Re-armed before the pass came: taken back as pending.
+        let (gen, ticket) = record.arm(5, Task::every(|| {}, 1));
+        let Claim::Fire { task, .. } = record.claim(ticket, 5) else {
+            panic!("due at 5");
+        };
+        assert_eq!(record.finish_run(gen, 6, task).ok(), Some(6));
+        assert!(matches!(
+            record.at_shutdown(),
+            AtShutdown::Pending(g, 6, _) if g == gen
+        ));
+    }
+
     #[test]
     fn generations_are_48_bits_and_wrap_only_there() {
         let record = Record::at_generation(GENERATION_MASK);
@@ -987,6 +1085,26 @@ mod loom_models {
                 record.claim(fresh, 7),
                 Claim::Fire { deadline: 7, .. }
             ));
+        });
+    }
+
+    /// A `shutdown_timeout`'s pass over the records races the end of a repeating timer's run:
+    /// the timer ends exactly once, handed back when the re-arm came first, ended by its
+    /// worker otherwise, and is never left armed behind the pass.
+    #[test]
+    fn shutdown_timeout_pass_versus_finish_run() {
+        loom::model(|| {
+            let (record, gen, task) = running();
+            let worker = on_thread(&record, move |record| record.finish_run(gen, 10, task).ok());
+            let found = record.at_shutdown();
+            let rearmed = worker.join().unwrap();
+            match (&found, rearmed) {
+                (AtShutdown::Pending(g, 10, _), Some(10)) => assert_eq!(*g, gen),
+                (AtShutdown::RunEnds, None) => {}
+                _ => panic!("{found:?} {rearmed:?}"),
+            }
+            assert_eq!(record.generation(), gen + 1, "retired exactly once");
+            assert!(record.hand_back_pending().is_none(), "nothing left armed");
         });
     }
 
