@@ -26,6 +26,33 @@
 use crate::executor::{Roused, STUCK_AFTER};
 use crate::runtime::core::Core;
 
+/// What the policy reads of the service and asks of it: the counts of references handed out
+/// and taken to run, and a wake-up of workers for those waiting.
+pub(crate) trait Workers {
+    /// References every shard has handed out so far.
+    fn handed(&self) -> u64;
+    /// References the workers have taken from their hands to run so far.
+    fn taken(&self) -> u64;
+    /// Wakes workers for references that wait: one when every awake worker is stuck (its run
+    /// began over [`STUCK_AFTER`] ago), every sleeper when `backlog`.
+    fn wake_for_waiting(&self, backlog: bool) -> Roused;
+}
+
+impl Workers for Core {
+    fn handed(&self) -> u64 {
+        Core::handed(self)
+    }
+
+    fn taken(&self) -> u64 {
+        self.executor.taken()
+    }
+
+    fn wake_for_waiting(&self, backlog: bool) -> Roused {
+        self.executor
+            .rouse(self.clock.real_nanos(), STUCK_AFTER, backlog)
+    }
+}
+
 /// One tick thread's state for waking workers (see the module doc).
 pub(crate) struct Rouser {
     /// The tick of the last look at the backlog, and the references every shard had handed
@@ -48,13 +75,13 @@ impl Rouser {
     /// After a pass at tick `now` that handed out `handed` references (already submitted):
     /// wakes workers as the module doc says. Returns whether the tick thread should look again
     /// by the next tick.
-    pub(crate) fn after_pass(&mut self, core: &Core, handed: usize, now: u64) -> bool {
+    pub(crate) fn after_pass(&mut self, workers: &impl Workers, handed: usize, now: u64) -> bool {
         if handed == 0 && !self.watching {
             return false;
         }
         // Taken before handed: both only grow, so the difference never counts too few.
-        let taken = core.executor.taken();
-        let handed_all = core.handed();
+        let taken = workers.taken();
+        let handed_all = workers.handed();
         let waiting = handed_all.saturating_sub(taken);
         if waiting == 0 {
             self.watching = false;
@@ -66,15 +93,138 @@ impl Rouser {
             (self.mark_tick, self.mark_handed) = (now, handed_all);
             behind
         };
-        let roused = core
-            .executor
-            .rouse(core.clock.real_nanos(), STUCK_AFTER, backlog);
-        self.watching = match roused {
+        self.watching = match workers.wake_for_waiting(backlog) {
             Roused::NoneAsleep => false,
             Roused::Free => true,
             // The one woken takes the first; any other may end up behind it.
             Roused::One | Roused::All => waiting >= 2,
         };
         self.watching
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+
+    /// Counts the policy reads and answers wake-ups as told, recording each `backlog` asked.
+    struct FakeWorkers {
+        handed: Cell<u64>,
+        taken: Cell<u64>,
+        answer: Cell<Roused>,
+        asked: RefCell<Vec<bool>>,
+    }
+
+    impl FakeWorkers {
+        fn new() -> Self {
+            FakeWorkers {
+                handed: Cell::new(0),
+                taken: Cell::new(0),
+                answer: Cell::new(Roused::One),
+                asked: RefCell::new(Vec::new()),
+            }
+        }
+
+        /// A pass hands out `n` references.
+        fn hand_out(&self, n: u64) -> usize {
+            self.handed.set(self.handed.get() + n);
+            n as usize
+        }
+    }
+
+    impl Workers for FakeWorkers {
+        fn handed(&self) -> u64 {
+            self.handed.get()
+        }
+        fn taken(&self) -> u64 {
+            self.taken.get()
+        }
+        fn wake_for_waiting(&self, backlog: bool) -> Roused {
+            self.asked.borrow_mut().push(backlog);
+            self.answer.get()
+        }
+    }
+
+    #[test]
+    fn a_quiet_pass_wakes_nobody_and_does_not_look_again() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        assert!(!rouser.after_pass(&workers, 0, 1));
+        assert!(workers.asked.borrow().is_empty());
+    }
+
+    #[test]
+    fn references_taken_at_once_need_no_second_look() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        let handed = workers.hand_out(5);
+        workers.taken.set(5);
+        assert!(!rouser.after_pass(&workers, handed, 1));
+        assert!(
+            workers.asked.borrow().is_empty(),
+            "nothing waits: no wake-up"
+        );
+    }
+
+    #[test]
+    fn relying_on_a_free_worker_means_looking_again_until_nothing_waits() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        workers.answer.set(Roused::Free);
+        let handed = workers.hand_out(3);
+        assert!(
+            rouser.after_pass(&workers, handed, 1),
+            "look again by the next tick"
+        );
+        // The free worker got stuck: a later empty pass looks and wakes one.
+        workers.answer.set(Roused::One);
+        assert!(rouser.after_pass(&workers, 0, 2), "two or more still wait");
+        workers.taken.set(3);
+        assert!(
+            !rouser.after_pass(&workers, 0, 3),
+            "all taken: stop looking"
+        );
+        assert_eq!(workers.asked.borrow().len(), 2);
+    }
+
+    #[test]
+    fn one_woken_for_a_single_reference_needs_no_second_look() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        let handed = workers.hand_out(1);
+        assert!(!rouser.after_pass(&workers, handed, 1));
+        let handed = workers.hand_out(2);
+        assert!(
+            rouser.after_pass(&workers, handed, 2),
+            "three wait, one woken"
+        );
+    }
+
+    #[test]
+    fn nobody_asleep_means_nobody_to_wake_and_no_second_look() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        workers.answer.set(Roused::NoneAsleep);
+        let handed = workers.hand_out(10);
+        assert!(!rouser.after_pass(&workers, handed, 1));
+    }
+
+    /// The backlog is judged once a tick: references handed out by the last look's tick and
+    /// still not taken a tick later mean the awake workers fall behind.
+    #[test]
+    fn references_still_waiting_a_tick_later_are_a_backlog() {
+        let workers = FakeWorkers::new();
+        let mut rouser = Rouser::new();
+        workers.answer.set(Roused::Free);
+        let handed = workers.hand_out(4);
+        rouser.after_pass(&workers, handed, 1);
+        workers.taken.set(2);
+        rouser.after_pass(&workers, 0, 1); // the same tick: not judged again
+        rouser.after_pass(&workers, 0, 2); // a tick later, two of the four still wait
+        workers.taken.set(4);
+        let handed = workers.hand_out(1);
+        rouser.after_pass(&workers, handed, 3); // those four were all taken by then
+        assert_eq!(*workers.asked.borrow(), vec![false, false, true, false]);
     }
 }
