@@ -85,6 +85,26 @@
 //!   ones too, each still exactly once), names the callbacks still running
 //!   ([`ShutdownReport`]) and leaves their threads to finish them.
 //!
+//! # Sleeping and waking
+//!
+//! Every thread of the service sleeps when it has nothing to do, and one verb, *wake*, says
+//! that another thread makes it run again; what follows `wake_` says when:
+//!
+//! - a producer **wakes the tick thread for** its timer's deadline (`wake_for`) only when the
+//!   thread plans to sleep past it; a cancel **wakes it for cleanup** (`wake_for_cleanup`)
+//!   only when it sleeps for longer than a couple of ticks; a reschedule to an earlier
+//!   deadline **posts** a notice, which wakes it for the new deadline the same way;
+//! - a tick thread **wakes workers for** what it handed out (`wake_for_handed`) only when no
+//!   worker is free, and looks again a tick later to **wake them for** references still
+//!   **waiting** (`wake_for_waiting`: behind a stuck worker, or a backlog) — its *wake policy*;
+//! - a worker whose runs start late, or a tick thread that leaves a memory chore, **wakes a
+//!   helper** (`wake_helper`);
+//! - `shutdown` wakes every thread to stop.
+//!
+//! A woken thread always looks at its queues before it sleeps again, so a wake-up is never
+//! needed twice; the handshakes that keep one from being lost are the loom models of
+//! `shard/wake.rs` and `executor/idle.rs`.
+//!
 //! # Virtual time
 //!
 //! [`TimerService::with_manual_clock`] builds a service whose time moves only by its

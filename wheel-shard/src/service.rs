@@ -371,7 +371,7 @@ impl TimerService {
         let placement = Placement { deadline, slot };
         match shard.push_from(placement, wait, holds_lane) {
             Ok(()) => {
-                shard.nudge(deadline);
+                shard.wake_for(deadline);
                 Ok(TimerId::new(core.tag, shard.index, slot, gen))
             }
             Err(PushRefused { error, counted }) => {
@@ -419,7 +419,7 @@ impl TimerService {
         // seen by `pending()` beside this one still counted as pending (over `max_pending`).
         shard.cancelled.fetch_add(1, Ordering::Relaxed);
         core.limit.release();
-        shard.notify_cleanup();
+        shard.wake_for_cleanup();
         true
     }
 
@@ -503,7 +503,7 @@ impl TimerService {
             Some(Moved::Later | Moved::NextRun) => true,
             Some(Moved::Earlier) => {
                 let slot = id.slot();
-                shard.notify(Notice::Earlier(Placement { deadline, slot }));
+                shard.post(Notice::Earlier(Placement { deadline, slot }));
                 true
             }
         }

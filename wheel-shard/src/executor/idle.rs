@@ -7,20 +7,20 @@
 //! on each side between its write and its read makes at least one see the other, so a task is
 //! never left queued with every worker asleep; and since a counted worker holds the lock until
 //! it waits, a wake-up never arrives before the wait it is meant for. The waker decides whom to
-//! wake under the lock and notifies after releasing it, so the worker woken finds the lock
+//! wake under the lock and wakes them after releasing it, so the worker woken finds the lock
 //! free: the worker it counted is inside the wait already, and if it came back on its own
-//! meanwhile it took itself off the count and looks at the queues anyway (the notify then
-//! wakes, at worst, one worker that finds nothing).
+//! meanwhile it took itself off the count and looks at the queues anyway (the wake-up then
+//! reaches, at worst, one worker that finds nothing).
 //!
 //! On this VM every wake-up of a sleeping thread costs the machine 5–20 µs, as much as a
 //! hundred short callbacks (docs/performance.md), so a tick thread wakes one worker for what it
-//! queues, and only when no worker is free to take it ([`Idle::rouse`]): free means awake and
+//! queues, and only when no worker is free to take it ([`Idle::wake_for_waiting`]): free means awake and
 //! not stuck in a long run, or woken already and on its way. Under the lock the count of
 //! waiting and of woken-but-not-yet-back workers is exact, and a worker that is awake will look
 //! at the queues before it sleeps again, so relying on it loses nothing. A free worker may
 //! still get stuck in its next run; the tick thread then looks again a tick later
-//! (`runtime/rouse.rs`). A worker that finds its runs falling behind calls for help itself
-//! ([`Idle::wake_a_helper`]), so a load one worker cannot carry gets a second within the tick;
+//! (`runtime/wake_policy.rs`). A worker that finds its runs falling behind calls for help itself
+//! ([`Idle::wake_helper`]), so a load one worker cannot carry gets a second within the tick;
 //! a tick thread does the same for a chore it leaves to idle workers (`shard/prefault.rs`).
 //!
 //! The lock, the condition variable and the atomics come from [`crate::sync`], so the models
@@ -43,12 +43,12 @@ struct Asleep {
     waiting: usize,
     /// Of those, how many were woken and have not yet come back (at most `waiting`; a worker
     /// that comes back without being woken takes one off too, so this never counts more).
-    roused: usize,
+    woken: usize,
 }
 
-/// What [`Idle::rouse`] did.
+/// What [`Idle::wake_for_waiting`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Roused {
+pub(crate) enum Woken {
     /// Nobody sleeps: the awake workers will find the tasks.
     NoneAsleep,
     /// A worker is free to take the tasks, so nobody was woken.
@@ -84,9 +84,9 @@ impl Wake {
 
 impl Asleep {
     /// Counts one waiting worker not woken already as woken, if there is one.
-    fn rouse_one(&mut self) -> Wake {
-        if self.roused < self.waiting {
-            self.roused += 1;
+    fn pick_one(&mut self) -> Wake {
+        if self.woken < self.waiting {
+            self.woken += 1;
             Wake::One
         } else {
             Wake::Nobody
@@ -94,8 +94,8 @@ impl Asleep {
     }
 
     /// Counts every waiting worker as woken.
-    fn rouse_all(&mut self) -> Wake {
-        self.roused = self.waiting;
+    fn pick_all(&mut self) -> Wake {
+        self.woken = self.waiting;
         Wake::All
     }
 }
@@ -112,7 +112,7 @@ impl Idle {
 
     /// Wakes up to `handed` sleeping workers for tasks just queued.
     #[inline]
-    pub(crate) fn notify(&self, handed: usize) {
+    pub(crate) fn wake_for_handed(&self, handed: usize) {
         // Pairs with the fence in `sleep`: a worker going to sleep either sees the tasks or is
         // counted in `sleepers` here.
         fence(Ordering::SeqCst);
@@ -122,12 +122,12 @@ impl Idle {
         }
         let mut asleep = self.lock();
         if handed >= asleep.waiting {
-            let wake = asleep.rouse_all();
+            let wake = asleep.pick_all();
             drop(asleep);
             wake.send(&self.wake);
         } else {
             let woken = (0..handed)
-                .filter(|_| asleep.rouse_one() == Wake::One)
+                .filter(|_| asleep.pick_one() == Wake::One)
                 .count();
             drop(asleep);
             (0..woken).for_each(|_| Wake::One.send(&self.wake));
@@ -137,38 +137,38 @@ impl Idle {
     /// For tasks just queued, of `workers` workers of which `stuck` are in long runs: wakes one
     /// sleeping worker unless a worker is free to take them (see the module doc), or every
     /// sleeping worker when `backlog` says the queued tasks are falling behind.
-    pub(crate) fn rouse(&self, workers: usize, stuck: usize, backlog: bool) -> Roused {
-        // Pairs with the fence in `sleep`, as in `notify`.
+    pub(crate) fn wake_for_waiting(&self, workers: usize, stuck: usize, backlog: bool) -> Woken {
+        // Pairs with the fence in `sleep`, as in `wake_for_handed`.
         fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) == 0 {
-            return Roused::NoneAsleep;
+            return Woken::NoneAsleep;
         }
         let mut asleep = self.lock();
-        let (wake, roused) = if backlog {
-            (asleep.rouse_all(), Roused::All)
+        let (wake, woken) = if backlog {
+            (asleep.pick_all(), Woken::All)
         } else {
             let awake = workers.saturating_sub(asleep.waiting);
-            if awake.saturating_sub(stuck) + asleep.roused > 0 {
-                return Roused::Free;
+            if awake.saturating_sub(stuck) + asleep.woken > 0 {
+                return Woken::Free;
             }
-            (asleep.rouse_one(), Roused::One)
+            (asleep.pick_one(), Woken::One)
         };
         drop(asleep);
         wake.send(&self.wake);
-        roused
+        woken
     }
 
     /// Wakes one sleeping worker to help, unless one is on its way already: for a worker
     /// whose runs are falling behind, or a chore left to idle workers.
-    pub(crate) fn wake_a_helper(&self) {
+    pub(crate) fn wake_helper(&self) {
         // A hint, so no fence: the guarantee that no task is left with every worker asleep
-        // is the tick threads' (`rouse`, `notify`).
+        // is the tick threads' (`wake_for_waiting`, `wake_for_handed`).
         if self.sleepers.load(Ordering::Relaxed) == 0 {
             return;
         }
         let mut asleep = self.lock();
-        let wake = if asleep.roused == 0 {
-            asleep.rouse_one()
+        let wake = if asleep.woken == 0 {
+            asleep.pick_one()
         } else {
             Wake::Nobody
         };
@@ -179,7 +179,7 @@ impl Idle {
     /// Lets workers exit once the queues are empty, waking every sleeper to see it.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let wake = self.lock().rouse_all();
+        let wake = self.lock().pick_all();
         wake.send(&self.wake);
     }
 
@@ -200,7 +200,7 @@ impl Idle {
             asleep.waiting += 1;
             asleep = self.wake.wait(asleep).unwrap_or_else(|e| e.into_inner());
             asleep.waiting -= 1;
-            asleep.roused = asleep.roused.saturating_sub(1);
+            asleep.woken = asleep.woken.saturating_sub(1);
         }
         drop(asleep);
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
@@ -232,7 +232,7 @@ mod loom_models {
 
     /// A worker's loop cut down to the protocol: `queued` counts the tasks in the queues. It
     /// takes at most `take` tasks, then returns how many it took once it has them or once the
-    /// executor is stopped with nothing queued. A notify lost while it waits leaves it waiting
+    /// executor is stopped with nothing queued. A wake-up lost while it waits leaves it waiting
     /// for good, and loom reports the deadlock.
     fn worker(idle: &Idle, queued: &AtomicUsize, take: usize) -> usize {
         let mut taken = 0;
@@ -260,7 +260,7 @@ mod loom_models {
         false
     }
 
-    /// A tick thread submits a task and notifies, racing a worker on its way to sleep: the
+    /// A tick thread submits a task and wakes a worker, racing a worker on its way to sleep: the
     /// worker never stays asleep with the task queued. (The queue is written Relaxed: the
     /// fences carry it, as they do the hand-out ring's push.)
     #[test]
@@ -269,7 +269,7 @@ mod loom_models {
             let (idle, queued, mut sleepers) = workers(1);
             let sleeper = sleepers.remove(0);
             queued.fetch_add(1, Ordering::Relaxed);
-            idle.notify(1);
+            idle.wake_for_handed(1);
             assert_eq!(sleeper.join().unwrap(), 1);
         });
     }
@@ -281,14 +281,14 @@ mod loom_models {
         crate::sync::model_bounded(3, || {
             let (idle, queued, sleepers) = workers(2);
             queued.fetch_add(2, Ordering::Relaxed);
-            idle.notify(2);
+            idle.wake_for_handed(2);
             for sleeper in sleepers {
                 assert_eq!(sleeper.join().unwrap(), 1);
             }
         });
     }
 
-    /// Two tick threads each submit a task and notify one worker, racing two workers on their
+    /// Two tick threads each submit a task and wake one worker, racing two workers on their
     /// way to sleep: `notify_one` reaches a waiting worker even when `sleepers` still counts
     /// one that has woken, so neither task is left with a worker asleep.
     #[test]
@@ -299,11 +299,11 @@ mod loom_models {
                 let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
                 thread::spawn(move || {
                     queued.fetch_add(1, Ordering::Relaxed);
-                    idle.notify(1);
+                    idle.wake_for_handed(1);
                 })
             };
             queued.fetch_add(1, Ordering::Relaxed);
-            idle.notify(1);
+            idle.wake_for_handed(1);
             submitter.join().unwrap();
             for sleeper in sleepers {
                 assert_eq!(sleeper.join().unwrap(), 1);
@@ -323,7 +323,7 @@ mod loom_models {
         });
     }
 
-    /// What the `rouse` models' workers took, and how the model's main thread waits for it.
+    /// What the `wake_for_waiting` models' workers took, and how the model's main thread waits for it.
     #[derive(Default)]
     struct Taken {
         count: loom::sync::Mutex<usize>,
@@ -350,7 +350,7 @@ mod loom_models {
     /// `block_first`, the run of the first task taken lasts until a second has been taken (a
     /// run that blocks, as at a barrier), and the last atomic returned counts the workers in
     /// such a run.
-    fn rousable_workers(
+    fn workers_to_wake(
         n: usize,
         block_first: bool,
     ) -> (
@@ -396,35 +396,35 @@ mod loom_models {
         }
     }
 
-    /// A tick thread queues a task and rouses, racing two workers on their way to sleep: it
+    /// A tick thread queues a task and wakes for it, racing two workers on their way to sleep: it
     /// either wakes one or finds one free, and the task is taken.
     #[test]
-    fn rouse_racing_sleep_leaves_no_task_behind() {
+    fn waking_for_waiting_racing_sleep_leaves_no_task_behind() {
         crate::sync::model_bounded(2, || {
-            let (idle, queued, taken, _, workers) = rousable_workers(2, false);
+            let (idle, queued, taken, _, workers) = workers_to_wake(2, false);
             queued.fetch_add(1, Ordering::Relaxed);
-            idle.rouse(2, 0, false);
+            idle.wake_for_waiting(2, 0, false);
             taken.wait_for(1);
             stop_and_join(&idle, workers);
         });
     }
 
-    /// Two tick threads each queue a task and rouse: the second may count on the worker the
+    /// Two tick threads each queue a task and wake for it: the second may count on the worker the
     /// first woke (still on its way back), and both tasks are taken.
     #[test]
-    fn two_rousers_leave_no_task_behind() {
+    fn two_tick_threads_waking_leave_no_task_behind() {
         crate::sync::model_bounded(2, || {
-            let (idle, queued, taken, _, workers) = rousable_workers(2, false);
-            let rouser = {
+            let (idle, queued, taken, _, workers) = workers_to_wake(2, false);
+            let wake_policy = {
                 let (idle, queued) = (Arc::clone(&idle), Arc::clone(&queued));
                 thread::spawn(move || {
                     queued.fetch_add(1, Ordering::Relaxed);
-                    idle.rouse(2, 0, false);
+                    idle.wake_for_waiting(2, 0, false);
                 })
             };
             queued.fetch_add(1, Ordering::Relaxed);
-            idle.rouse(2, 0, false);
-            rouser.join().unwrap();
+            idle.wake_for_waiting(2, 0, false);
+            wake_policy.join().unwrap();
             taken.wait_for(2);
             stop_and_join(&idle, workers);
         });
@@ -435,12 +435,12 @@ mod loom_models {
     #[test]
     fn a_stuck_worker_gets_a_second_woken() {
         crate::sync::model_bounded(2, || {
-            let (idle, queued, taken, blocked, workers) = rousable_workers(2, true);
+            let (idle, queued, taken, blocked, workers) = workers_to_wake(2, true);
             queued.fetch_add(2, Ordering::Relaxed);
-            idle.rouse(2, 0, false);
+            idle.wake_for_waiting(2, 0, false);
             // The tick thread's later looks, each with the workers stuck at that moment.
             while *taken.count.lock().unwrap() < 2 {
-                idle.rouse(2, blocked.load(Ordering::SeqCst), false);
+                idle.wake_for_waiting(2, blocked.load(Ordering::SeqCst), false);
                 thread::yield_now();
             }
             stop_and_join(&idle, workers);

@@ -32,7 +32,7 @@ pub use durations::Durations;
 use hand::Hand;
 use handout::{HandOut, HandOutRing, STEAL_BATCH};
 use idle::Idle;
-pub(crate) use idle::Roused;
+pub(crate) use idle::Woken;
 
 /// Cells of a worker's own queue: twice the largest batch, so a push finds its cell free even
 /// while a stealer of the last lap's batch is still freeing it, but for a very slow stealer.
@@ -43,7 +43,7 @@ pub(crate) const HAND_CAPACITY: usize = 16;
 
 /// How long a run goes on before its worker counts as stuck, in nanoseconds: far beyond a
 /// short callback, well within a tick. A stuck worker's hand is open to thieves, and a tick
-/// thread wakes a sleeper for work that waits behind it (`runtime/rouse.rs`).
+/// thread wakes a sleeper for work that waits behind it (`runtime/wake_policy.rs`).
 pub(crate) const STUCK_AFTER: u64 = 100_000;
 
 /// A reference the wheel handed out, on its way to a worker, which decides on the timer's
@@ -238,7 +238,7 @@ impl Executor {
     }
 
     /// Queues a due reference from its shard's tick thread (each shard has its own hand-out
-    /// queue, and only its tick thread calls this for it). Call [`Executor::notify`] after a
+    /// queue, and only its tick thread calls this for it). Call [`Executor::wake_for_handed`] after a
     /// batch.
     #[inline]
     pub(crate) fn submit(&self, run: Run) {
@@ -251,14 +251,14 @@ impl Executor {
     }
 
     /// Wakes up to `handed` sleeping workers for tasks just submitted.
-    pub(crate) fn notify(&self, handed: usize) {
-        self.idle.notify(handed);
+    pub(crate) fn wake_for_handed(&self, handed: usize) {
+        self.idle.wake_for_handed(handed);
     }
 
     /// For tasks just submitted or still queued, at real time `now`: wakes one sleeping worker
-    /// unless one is free to take them, or every sleeper when `backlog` (see [`Idle::rouse`]).
+    /// unless one is free to take them, or every sleeper when `backlog` (see [`Idle::wake_for_waiting`]).
     /// A worker counts as stuck once its run has gone on for `stuck_after` nanoseconds.
-    pub(crate) fn rouse(&self, now: u64, stuck_after: u64, backlog: bool) -> Roused {
+    pub(crate) fn wake_for_waiting(&self, now: u64, stuck_after: u64, backlog: bool) -> Woken {
         let stuck = self
             .workers
             .iter()
@@ -267,14 +267,15 @@ impl Executor {
                 since != 0 && now.saturating_sub(since) > stuck_after
             })
             .count();
-        self.idle.rouse(self.workers.len(), stuck, backlog)
+        self.idle
+            .wake_for_waiting(self.workers.len(), stuck, backlog)
     }
 
     /// Wakes one sleeping worker to help, unless one is on its way already (see
-    /// `Idle::wake_a_helper`): for a worker whose runs start late, or a chore a tick thread
+    /// `Idle::wake_helper`): for a worker whose runs start late, or a chore a tick thread
     /// left for idle workers (a sleeping worker does not look for chores).
-    pub(crate) fn wake_a_helper(&self) {
-        self.idle.wake_a_helper();
+    pub(crate) fn wake_helper(&self) {
+        self.idle.wake_helper();
     }
 
     /// References the workers took from their hands to run, over all workers (see

@@ -171,7 +171,7 @@ impl<'a> ShardTick<'a> {
         let ring_waits = !self.shard.rings_empty();
         // Goes round again for commands it can take now. A cell a producer has claimed but
         // not yet written (preempted mid-push, perhaps on this very CPU) is not worth
-        // spinning for: the push ends with a nudge that wakes this thread if its timer is
+        // spinning for: the push ends with a wake_for that wakes this thread if its timer is
         // due before the planned wake-up, and otherwise the next tick's pass takes it.
         // Under a manual clock `advance` waits for everything queued, so the pass goes
         // round until the cell is written.
@@ -224,7 +224,7 @@ impl<'a> ShardTick<'a> {
             self.table_low_at = table_low;
         }
         if (posted || table_low.is_some()) && !self.core.preparing_memory() {
-            self.core.executor.wake_a_helper();
+            self.core.executor.wake_helper();
         }
     }
 

@@ -10,7 +10,7 @@
 //! all of them.
 //!
 //! A pass reads the clock once; it takes new references into each shard's wheel, then hands
-//! out what is due in each, then wakes workers for all of it (`runtime/rouse.rs`), and ends
+//! out what is due in each, then wakes workers for all of it (`runtime/wake_policy.rs`), and ends
 //! each shard's pass (a step of compaction, what is left). It goes round again while any shard
 //! has work now, and otherwise sleeps until the earliest tick any shard needs.
 //!
@@ -32,8 +32,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::runtime::core::Core;
-use crate::runtime::rouse::Rouser;
 use crate::runtime::tick::{Intake, ShardTick};
+use crate::runtime::wake_policy::WakePolicy;
 use crate::shard::{ShardWheel, IDLE};
 
 /// A tick thread's state: the shards it drives, and its side of waking workers.
@@ -46,7 +46,7 @@ pub(crate) struct TickThread<'a> {
     /// Whether new timers wait in each shard's rings after the current pass (see
     /// [`Plan::ring_waits`](crate::runtime::tick::Plan::ring_waits)).
     ring_waits: Vec<bool>,
-    rouser: Rouser,
+    wake_policy: WakePolicy,
 }
 
 impl<'a> TickThread<'a> {
@@ -65,7 +65,7 @@ impl<'a> TickThread<'a> {
                 .collect(),
             intakes: vec![Intake::default(); count],
             ring_waits: vec![false; count],
-            rouser: Rouser::new(),
+            wake_policy: WakePolicy::new(),
         }
     }
 
@@ -99,10 +99,10 @@ impl<'a> TickThread<'a> {
             let handed: usize = self.shards.iter_mut().map(|tick| tick.expire(now)).sum();
             let watch_workers = if manual {
                 // Virtual time stands still until every run is done: wake all it may need.
-                core.executor.notify(handed);
+                core.executor.wake_for_handed(handed);
                 false
             } else {
-                self.rouser.after_pass(core, handed, now)
+                self.wake_policy.after_pass(core, handed, now)
             };
             let mut again = false;
             let mut wake = IDLE;

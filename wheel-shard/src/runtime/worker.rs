@@ -11,7 +11,7 @@
 //! [`STUCK_AFTER`](crate::executor::STUCK_AFTER) (a callback that blocks, or the thread
 //! preempted by the kernel), what its worker holds in hand is open to the other workers
 //! (`executor/hand.rs`), and a tick thread wakes a sleeping one to take it
-//! (`runtime/rouse.rs`). The hand holds [`DEEP`] references while runs are short, enough to
+//! (`runtime/wake_policy.rs`). The hand holds [`DEEP`] references while runs are short, enough to
 //! overlap the misses (which pays at millions of timers, where nearly every record is a
 //! miss); one run over [`SHORT_RUN`] drops it to [`SHALLOW`] for the next [`SHALLOW_RUNS`]
 //! runs, so a service whose callbacks block now and then leaves its work in the queues,
@@ -249,7 +249,7 @@ fn take(core: &Core, run: Run, own: &mut WorkerOwn) {
         Claim::Stale => {}
         Claim::Later { deadline } => {
             let slot = run.timer.slot;
-            shard.notify(Notice::Place(Placement { deadline, slot }));
+            shard.post(Notice::Place(Placement { deadline, slot }));
         }
         Claim::Fire {
             deadline,
@@ -322,7 +322,7 @@ fn execute_repeating(
         let next = next_run(deadline, period, core.clock.now());
         match record.finish_run(gen, next, task) {
             // `next`, or where a reschedule during the run moved it.
-            Ok(deadline) => shard.notify(Notice::Place(Placement {
+            Ok(deadline) => shard.post(Notice::Place(Placement {
                 deadline,
                 slot: run.timer.slot,
             })),
@@ -388,7 +388,7 @@ fn start_run(core: &Core, run: &Run, id: TimerId, deadline: u64, own: &mut Worke
 /// worker to help when [`HelpCalls::may_call`] says so.
 fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
     if own.help_calls.may_call(now, || core.executor.has_work()) {
-        core.executor.wake_a_helper();
+        core.executor.wake_helper();
     }
 }
 

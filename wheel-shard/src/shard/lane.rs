@@ -425,7 +425,7 @@ mod loom_models {
         });
     }
 
-    /// The holder pushes and nudges while the tick thread plans an idle sleep.
+    /// The holder pushes and wakes for its deadline while the tick thread plans an idle sleep.
     #[test]
     fn a_lane_push_wakes_an_idle_tick_thread() {
         loom::model(|| {
@@ -434,13 +434,13 @@ mod loom_models {
             let (waker, tick) = tick_thread(&lane, IDLE);
             lane.try_push(1).unwrap();
             sync::light_barrier();
-            waker.nudge(5);
+            waker.wake_for(5);
             tick.join().unwrap();
         });
     }
 
     /// A thread takes the free lane and pushes while the tick thread, having found the lane
-    /// free, skips the heavy barrier: the take's SeqCst still lets the nudge see the plan.
+    /// free, skips the heavy barrier: the take's SeqCst still lets the wake_for see the plan.
     #[test]
     fn a_new_holder_wakes_a_tick_thread_that_skipped_the_barrier() {
         loom::model(|| {
@@ -449,7 +449,7 @@ mod loom_models {
             assert!(lane.hold().try_take());
             lane.try_push(1).unwrap();
             sync::light_barrier();
-            waker.nudge(5);
+            waker.wake_for(5);
             tick.join().unwrap();
         });
     }

@@ -300,7 +300,7 @@ impl Shard {
             return Ok(Some(timer));
         };
         // Orders the push before the reads of the closed flag here and of the tick thread's
-        // plan in the caller's nudge; the other side's heavy barrier does the rest (`lane.rs`).
+        // plan in the caller's wake_for; the other side's heavy barrier does the rest (`lane.rs`).
         sync::light_barrier();
         if lane.is_closed() {
             return Err(PushRefused {
@@ -344,7 +344,7 @@ impl Shard {
                         .ring
                         .half_full_after(position, || self.lane.as_ref().map_or(0, Lane::len))
                     {
-                        // Far deadlines do not nudge the tick thread: wake it before the ring
+                        // Far deadlines do not wake_for the tick thread: wake it before the ring
                         // is full, so no producer has to wait for room.
                         self.waker.wake_if_asleep();
                     }
@@ -542,21 +542,21 @@ impl Shard {
 
     /// Tells the tick thread about `notice`, waking it if it sleeps past the reference's
     /// deadline.
-    pub(crate) fn notify(&self, notice: Notice) {
+    pub(crate) fn post(&self, notice: Notice) {
         let due = notice.placement().deadline;
         self.notices.push(notice);
-        self.waker.notify(due);
+        self.waker.fence_and_wake_for(due);
     }
 
     /// Tells the tick thread about a cancel: it should free the entry within about a tick, so
     /// it is woken only when it went to sleep for longer than that. Reads no clock.
-    pub(crate) fn notify_cleanup(&self) {
-        self.waker.notify_cleanup();
+    pub(crate) fn wake_for_cleanup(&self) {
+        self.waker.wake_for_cleanup();
     }
 
     /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work.
-    pub(crate) fn nudge(&self, due: u64) {
-        self.waker.nudge(due);
+    pub(crate) fn wake_for(&self, due: u64) {
+        self.waker.wake_for(due);
     }
 
     /// Wakes the tick thread now.

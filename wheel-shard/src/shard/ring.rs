@@ -94,7 +94,7 @@ impl<T> PendingRing<T> {
             let lap = self.cells.free_for(tail);
             if sequence == lap {
                 // SeqCst: a producer that then reads the shard's planned wake-up must not miss a
-                // tick thread that is about to sleep (see `Shard::nudge`).
+                // tick thread that is about to sleep (see `Shard::wake_for`).
                 match self.tail.compare_exchange_weak(
                     tail,
                     tail + 1,

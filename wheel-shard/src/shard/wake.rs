@@ -50,9 +50,9 @@ impl TickWaker {
     }
 
     /// Wakes the tick thread if it sleeps past tick `due`. Call after publishing the work with a
-    /// SeqCst write (the ring's push); after any other write, call [`TickWaker::notify`].
+    /// SeqCst write (the ring's push); after any other write, call [`TickWaker::fence_and_wake_for`].
     #[inline]
-    pub(crate) fn nudge(&self, due: u64) {
+    pub(crate) fn wake_for(&self, due: u64) {
         sync::store_load_fence();
         if due < self.wake_at.load(Ordering::SeqCst)
             && !self.wake_requested.swap(true, Ordering::AcqRel)
@@ -61,19 +61,19 @@ impl TickWaker {
         }
     }
 
-    /// [`TickWaker::nudge`] after work published by a write that need not be SeqCst (a notice):
+    /// [`TickWaker::wake_for`] after work published by a write that need not be SeqCst (a notice):
     /// the fence orders it before the read of the plan.
     #[inline]
-    pub(crate) fn notify(&self, due: u64) {
+    pub(crate) fn fence_and_wake_for(&self, due: u64) {
         fence(Ordering::SeqCst);
-        self.nudge(due);
+        self.wake_for(due);
     }
 
     /// Wakes the tick thread for a cancel, published before the call: it should free the entry
     /// within about a tick, so it is woken only when it went to sleep for longer than that.
     /// Reads no clock.
     #[inline]
-    pub(crate) fn notify_cleanup(&self) {
+    pub(crate) fn wake_for_cleanup(&self) {
         fence(Ordering::SeqCst);
         let wake_at = self.wake_at.load(Ordering::SeqCst);
         let slept_at = self.slept_at.load(Ordering::Relaxed);
@@ -94,11 +94,11 @@ impl TickWaker {
 
     /// Wakes the tick thread unless it is awake or already being woken: for a ring filling
     /// up while the thread sleeps until a later deadline. Call after publishing the work with a
-    /// SeqCst write (the ring's push), as for [`TickWaker::nudge`]: an awake thread then looks
+    /// SeqCst write (the ring's push), as for [`TickWaker::wake_for`]: an awake thread then looks
     /// at the ring again before it sleeps, so nothing is missed when this finds it awake.
     pub(crate) fn wake_if_asleep(&self) {
-        // Every sleep is planned past tick 0 (`AWAKE`), so this is a nudge for tick 0.
-        self.nudge(AWAKE);
+        // Every sleep is planned past tick 0 (`AWAKE`), so this is a wake_for for tick 0.
+        self.wake_for(AWAKE);
     }
 
     fn unpark(&self) {
@@ -169,14 +169,14 @@ mod loom_models {
         (waker, work, handle)
     }
 
-    /// A producer pushes, then nudges, racing the tick thread that plans to sleep with nothing
+    /// A producer pushes, then wakes for its deadline, racing the tick thread that plans to sleep with nothing
     /// pending and looks again: the timer is never left unseen with the thread parked.
     #[test]
     fn push_wakes_an_idle_tick_thread() {
         loom::model(|| {
             let (waker, work, tick) = tick_thread(1, IDLE);
             work.fetch_add(1, Ordering::SeqCst);
-            waker.nudge(5);
+            waker.wake_for(5);
             tick.join().unwrap();
         });
     }
@@ -188,19 +188,19 @@ mod loom_models {
         loom::model(|| {
             let (waker, work, tick) = tick_thread(1, 10);
             work.fetch_add(1, Ordering::SeqCst);
-            waker.nudge(5);
+            waker.wake_for(5);
             tick.join().unwrap();
         });
     }
 
-    /// An earlier deadline sent as a notice, whose queue is not written with SeqCst: `notify`'s
+    /// An earlier deadline sent as a notice, whose queue is not written with SeqCst: `fence_and_wake_for`'s
     /// fence carries it (a Relaxed write stands for the notice).
     #[test]
     fn notice_wakes_a_timed_sleep() {
         loom::model(|| {
             let (waker, work, tick) = tick_thread(1, 10);
             work.fetch_add(1, Ordering::Relaxed);
-            waker.notify(5);
+            waker.fence_and_wake_for(5);
             tick.join().unwrap();
         });
     }
@@ -211,7 +211,7 @@ mod loom_models {
         loom::model(|| {
             let (waker, work, tick) = tick_thread(1, CLEANUP_TICKS + 1);
             work.fetch_add(1, Ordering::Relaxed);
-            waker.notify_cleanup();
+            waker.wake_for_cleanup();
             tick.join().unwrap();
         });
     }
@@ -237,14 +237,14 @@ mod loom_models {
         });
     }
 
-    /// Two producers nudge an idle tick thread.
+    /// Two producers wake_for an idle tick thread.
     #[test]
     fn two_producers_share_one_wake_request() {
-        two_producers(IDLE, |waker| waker.nudge(5), |waker| waker.nudge(5));
+        two_producers(IDLE, |waker| waker.wake_for(5), |waker| waker.wake_for(5));
     }
 
     /// A push that leaves the ring half full wakes a tick thread planning to sleep until tick
-    /// 10 although its own deadline (20) is later: `wake_if_asleep`, where `nudge` would not.
+    /// 10 although its own deadline (20) is later: `wake_if_asleep`, where `wake_for` would not.
     #[test]
     fn a_filling_ring_wakes_a_timed_sleep() {
         loom::model(|| {
@@ -255,10 +255,10 @@ mod loom_models {
         });
     }
 
-    /// A filling ring's wake-up and an earlier deadline's nudge, from two producers.
+    /// A filling ring's wake-up and an earlier deadline's wake_for, from two producers.
     #[test]
     fn a_filling_ring_and_an_earlier_deadline_share_one_wake_request() {
-        two_producers(10, |waker| waker.nudge(5), TickWaker::wake_if_asleep);
+        two_producers(10, |waker| waker.wake_for(5), TickWaker::wake_if_asleep);
     }
 
     /// Shutdown's stop flag and `wake` reach a tick thread on its way to an idle sleep.
@@ -274,7 +274,7 @@ mod loom_models {
 
     /// A tick thread driving two shards (`runtime/tick_thread.rs`): it marks itself awake on
     /// both wakers, publishes one plan on each, looks at both shards' queues, and parks once.
-    /// A producer on each shard pushes and nudges it, racing the thread and each other; neither
+    /// A producer on each shard pushes and wakes for its deadline, racing the thread and each other; neither
     /// push is left unseen with the thread parked.
     #[test]
     fn a_thread_driving_two_shards_misses_no_push() {
@@ -312,11 +312,11 @@ mod loom_models {
                 let (wakers, work) = (Arc::clone(&wakers), Arc::clone(&work));
                 thread::spawn(move || {
                     work[1].fetch_add(1, Ordering::SeqCst);
-                    wakers[1].nudge(5);
+                    wakers[1].wake_for(5);
                 })
             };
             work[0].fetch_add(1, Ordering::SeqCst);
-            wakers[0].nudge(5);
+            wakers[0].wake_for(5);
             other.join().unwrap();
             tick.join().unwrap();
         });

@@ -1,4 +1,4 @@
-//! [`Rouser`]: a tick thread's side of waking workers for the references it hands out.
+//! [`WakePolicy`]: a tick thread's side of waking workers for the references it hands out.
 //!
 //! A wake-up costs more than the work it brings at a few hundred references a tick, so the
 //! tick thread wakes one worker, and only when no worker is free to take them
@@ -23,7 +23,7 @@
 //! A's run has gone on for a millisecond: worker B is woken, steals the second from A's hand,
 //! and both callbacks pass the barrier.
 
-use crate::executor::{Roused, STUCK_AFTER};
+use crate::executor::{Woken, STUCK_AFTER};
 use crate::runtime::core::Core;
 
 /// What the policy reads of the service and asks of it: the counts of references handed out
@@ -35,7 +35,7 @@ pub(crate) trait Workers {
     fn taken(&self) -> u64;
     /// Wakes workers for references that wait: one when every awake worker is stuck (its run
     /// began over [`STUCK_AFTER`] ago), every sleeper when `backlog`.
-    fn wake_for_waiting(&self, backlog: bool) -> Roused;
+    fn wake_for_waiting(&self, backlog: bool) -> Woken;
 }
 
 impl Workers for Core {
@@ -47,14 +47,14 @@ impl Workers for Core {
         self.executor.taken()
     }
 
-    fn wake_for_waiting(&self, backlog: bool) -> Roused {
+    fn wake_for_waiting(&self, backlog: bool) -> Woken {
         self.executor
-            .rouse(self.clock.real_nanos(), STUCK_AFTER, backlog)
+            .wake_for_waiting(self.clock.real_nanos(), STUCK_AFTER, backlog)
     }
 }
 
 /// One tick thread's state for waking workers (see the module doc).
-pub(crate) struct Rouser {
+pub(crate) struct WakePolicy {
     /// The tick of the last look at the backlog, and the references every shard had handed
     /// out by then.
     mark_tick: u64,
@@ -63,9 +63,9 @@ pub(crate) struct Rouser {
     watching: bool,
 }
 
-impl Rouser {
+impl WakePolicy {
     pub(crate) fn new() -> Self {
-        Rouser {
+        WakePolicy {
             mark_tick: 0,
             mark_handed: 0,
             watching: false,
@@ -94,10 +94,10 @@ impl Rouser {
             behind
         };
         self.watching = match workers.wake_for_waiting(backlog) {
-            Roused::NoneAsleep => false,
-            Roused::Free => true,
+            Woken::NoneAsleep => false,
+            Woken::Free => true,
             // The one woken takes the first; any other may end up behind it.
-            Roused::One | Roused::All => waiting >= 2,
+            Woken::One | Woken::All => waiting >= 2,
         };
         self.watching
     }
@@ -112,7 +112,7 @@ mod tests {
     struct FakeWorkers {
         handed: Cell<u64>,
         taken: Cell<u64>,
-        answer: Cell<Roused>,
+        answer: Cell<Woken>,
         asked: RefCell<Vec<bool>>,
     }
 
@@ -121,7 +121,7 @@ mod tests {
             FakeWorkers {
                 handed: Cell::new(0),
                 taken: Cell::new(0),
-                answer: Cell::new(Roused::One),
+                answer: Cell::new(Woken::One),
                 asked: RefCell::new(Vec::new()),
             }
         }
@@ -140,7 +140,7 @@ mod tests {
         fn taken(&self) -> u64 {
             self.taken.get()
         }
-        fn wake_for_waiting(&self, backlog: bool) -> Roused {
+        fn wake_for_waiting(&self, backlog: bool) -> Woken {
             self.asked.borrow_mut().push(backlog);
             self.answer.get()
         }
@@ -149,18 +149,18 @@ mod tests {
     #[test]
     fn a_quiet_pass_wakes_nobody_and_does_not_look_again() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
-        assert!(!rouser.after_pass(&workers, 0, 1));
+        let mut wake_policy = WakePolicy::new();
+        assert!(!wake_policy.after_pass(&workers, 0, 1));
         assert!(workers.asked.borrow().is_empty());
     }
 
     #[test]
     fn references_taken_at_once_need_no_second_look() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
+        let mut wake_policy = WakePolicy::new();
         let handed = workers.hand_out(5);
         workers.taken.set(5);
-        assert!(!rouser.after_pass(&workers, handed, 1));
+        assert!(!wake_policy.after_pass(&workers, handed, 1));
         assert!(
             workers.asked.borrow().is_empty(),
             "nothing waits: no wake-up"
@@ -170,19 +170,22 @@ mod tests {
     #[test]
     fn relying_on_a_free_worker_means_looking_again_until_nothing_waits() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
-        workers.answer.set(Roused::Free);
+        let mut wake_policy = WakePolicy::new();
+        workers.answer.set(Woken::Free);
         let handed = workers.hand_out(3);
         assert!(
-            rouser.after_pass(&workers, handed, 1),
+            wake_policy.after_pass(&workers, handed, 1),
             "look again by the next tick"
         );
         // The free worker got stuck: a later empty pass looks and wakes one.
-        workers.answer.set(Roused::One);
-        assert!(rouser.after_pass(&workers, 0, 2), "two or more still wait");
+        workers.answer.set(Woken::One);
+        assert!(
+            wake_policy.after_pass(&workers, 0, 2),
+            "two or more still wait"
+        );
         workers.taken.set(3);
         assert!(
-            !rouser.after_pass(&workers, 0, 3),
+            !wake_policy.after_pass(&workers, 0, 3),
             "all taken: stop looking"
         );
         assert_eq!(workers.asked.borrow().len(), 2);
@@ -191,12 +194,12 @@ mod tests {
     #[test]
     fn one_woken_for_a_single_reference_needs_no_second_look() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
+        let mut wake_policy = WakePolicy::new();
         let handed = workers.hand_out(1);
-        assert!(!rouser.after_pass(&workers, handed, 1));
+        assert!(!wake_policy.after_pass(&workers, handed, 1));
         let handed = workers.hand_out(2);
         assert!(
-            rouser.after_pass(&workers, handed, 2),
+            wake_policy.after_pass(&workers, handed, 2),
             "three wait, one woken"
         );
     }
@@ -204,10 +207,10 @@ mod tests {
     #[test]
     fn nobody_asleep_means_nobody_to_wake_and_no_second_look() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
-        workers.answer.set(Roused::NoneAsleep);
+        let mut wake_policy = WakePolicy::new();
+        workers.answer.set(Woken::NoneAsleep);
         let handed = workers.hand_out(10);
-        assert!(!rouser.after_pass(&workers, handed, 1));
+        assert!(!wake_policy.after_pass(&workers, handed, 1));
     }
 
     /// The backlog is judged once a tick: references handed out by the last look's tick and
@@ -215,16 +218,16 @@ mod tests {
     #[test]
     fn references_still_waiting_a_tick_later_are_a_backlog() {
         let workers = FakeWorkers::new();
-        let mut rouser = Rouser::new();
-        workers.answer.set(Roused::Free);
+        let mut wake_policy = WakePolicy::new();
+        workers.answer.set(Woken::Free);
         let handed = workers.hand_out(4);
-        rouser.after_pass(&workers, handed, 1);
+        wake_policy.after_pass(&workers, handed, 1);
         workers.taken.set(2);
-        rouser.after_pass(&workers, 0, 1); // the same tick: not judged again
-        rouser.after_pass(&workers, 0, 2); // a tick later, two of the four still wait
+        wake_policy.after_pass(&workers, 0, 1); // the same tick: not judged again
+        wake_policy.after_pass(&workers, 0, 2); // a tick later, two of the four still wait
         workers.taken.set(4);
         let handed = workers.hand_out(1);
-        rouser.after_pass(&workers, handed, 3); // those four were all taken by then
+        wake_policy.after_pass(&workers, handed, 3); // those four were all taken by then
         assert_eq!(*workers.asked.borrow(), vec![false, false, true, false]);
     }
 }
