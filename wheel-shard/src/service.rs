@@ -319,7 +319,7 @@ impl TimerService {
     /// `schedule_at` are into their callers, so that the task and the id do not cross a call
     /// as copies in memory: such a copy's wide load waits for every earlier store of the
     /// producer to reach the cache (the record's, the ring cell's) before it completes
-    /// (docs/performance.md, sixteenth session). The price is about 3 KiB of code a call site;
+    /// (`docs/performance.md`, "The fast path inlined into the caller"). The price is about 3 KiB of code a call site;
     /// the unusual paths (a full ring, a refill of free slots) stay out of line.
     #[inline(always)]
     fn submit(

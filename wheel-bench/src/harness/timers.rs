@@ -89,7 +89,7 @@ pub trait Timers: Sized + Send + Sync + 'static {
     /// stored in parts and loaded back whole, and such a load cannot take its bytes from the
     /// stores: it waits until all of the producer's earlier stores (the previous timer's
     /// included) have reached the cache, which the bench would charge to the system
-    /// (docs/performance.md, thirty-sixth session).
+    /// (`docs/performance.md`, "The task built in its record").
     fn schedule_at(&self, deadline: Instant, task: Task) -> Result<Self::Id, String>;
     /// Cancels a timer.
     fn cancel(&self, id: &Self::Id) -> Outcome;

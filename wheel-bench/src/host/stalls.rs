@@ -17,7 +17,7 @@
 //! the bench keeps every vCPU busy (a scheduling burst); at normal priority it takes a CPU from
 //! the service. And a spinner keeps its vCPU from ever going idle, which on this project's VM
 //! brings on stalls of its own: with both vCPUs busy the host stops the VM for about 5 ms at a
-//! fixed phase of a 100 ms period (docs/performance.md, "tenth session"). A watcher wakes,
+//! fixed phase of a 100 ms period (`docs/performance.md`, "How the probe sees the host"). A watcher wakes,
 //! reads the clock and its schedstat, and sleeps again: a few microseconds every 250 µs. A
 //! stall shorter than 250 µs can fall between two wake-ups, and a longer one reads up to 250
 //! µs short (the wake-up measures from the boundary, not from the stall's start): what the
@@ -345,7 +345,7 @@ fn watch(cpu: CoreId, stop: &AtomicBool, realtime: &AtomicU64) -> StallTally {
 /// scheduling. A host stall that comes during such a wait is then not counted as one: with
 /// both vCPUs busy the probe reported a longest stall of 1.6 ms in a round whose tail was one
 /// tick 35 ms late, and a scheduler trace of another round showed 42 ms with no event on
-/// either vCPU (docs/performance.md, seventeenth session). A real-time watcher takes its CPU
+/// either vCPU (`docs/performance.md`, "How the probe sees the host"). A real-time watcher takes its CPU
 /// as soon as it wakes, so its lateness is the vCPU's. It runs a few microseconds every
 /// [`WATCH_EVERY`], as before.
 fn make_realtime() -> bool {

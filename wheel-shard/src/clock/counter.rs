@@ -4,7 +4,8 @@
 //! A deadline `delay` from now may be late but must never lie before the call plus `delay`, so
 //! the "now" it starts from may run ahead of the truth but never behind. `Instant::now()` is
 //! exact, but it is a vDSO call whose `lfence` waits for every load in flight: 25–30 ns of a
-//! schedule on this project's VM, where the counter alone costs a few (docs/performance.md).
+//! schedule on the benchmark machines, where the counter alone costs a few
+//! (`docs/performance.md`, "Why not `Instant::now()`").
 //! The bound, with `mono(c)` the monotonic clock at the moment the counter read `c`:
 //!
 //! ```text

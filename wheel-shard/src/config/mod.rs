@@ -40,7 +40,7 @@ pub struct Config {
     /// rounded up; [`Config::tick_thread_count`] says how many a config starts.
     ///
     /// A tick thread with timers pending sleeps and wakes once a tick, and on a virtual
-    /// machine that costs about 20 µs of CPU each time (`docs/performance.md`), whatever the
+    /// machine that costs about 20 µs of CPU each time (`docs/performance.md`, "Wake-ups: the price of a sleep"), whatever the
     /// work it wakes to. Driving several shards, it pays that once for all of them. Shards
     /// keep producers on different threads from contending for one ring and one table; more
     /// tick threads pay where producers on many cores together schedule faster than one tick

@@ -12,8 +12,8 @@
 //! meanwhile it took itself off the count and looks at the queues anyway (the wake-up then
 //! reaches, at worst, one worker that finds nothing).
 //!
-//! On this VM every wake-up of a sleeping thread costs the machine 5–20 µs, as much as a
-//! hundred short callbacks (docs/performance.md), so a tick thread wakes one worker for what it
+//! On a virtual machine every wake-up of a sleeping thread costs 5–20 µs, as much as a
+//! hundred short callbacks (`docs/performance.md`, "Wake-ups: the price of a sleep"), so a tick thread wakes one worker for what it
 //! queues, and only when no worker is free to take it ([`Idle::wake_for_waiting`]): free means awake and
 //! not stuck in a long run, or woken already and on its way. Under the lock the count of
 //! waiting and of woken-but-not-yet-back workers is exact, and a worker that is awake will look
@@ -61,8 +61,8 @@ pub(crate) enum Woken {
 
 /// Whom to wake once the lock is released: decided under it, done after it, so a woken
 /// worker does not run only to block on the lock its waker still holds (and be woken a second
-/// time by the unlock: a quarter of all worker wake-ups before, docs/performance.md,
-/// seventeenth session).
+/// time by the unlock: a quarter of all worker wake-ups otherwise: `docs/performance.md`,
+/// "No futile wake-ups").
 #[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wake {

@@ -16,7 +16,7 @@
 //! A tick thread needs a core for a short while each tick, on time. At normal priority it
 //! waits for one behind whatever else that core runs: where the application keeps every core
 //! busy (a producer scheduling flat out), that is a scheduler slice or more, milliseconds, and
-//! the timers due meanwhile are that late (`docs/performance.md` has the measurement). Under
+//! the timers due meanwhile are that late (`docs/performance.md`, "`realtime_ticks`"). Under
 //! `SCHED_FIFO`, at [`PRIORITY`], the lowest real-time priority, a tick thread that wakes
 //! takes its core from any normal thread at once.
 //!

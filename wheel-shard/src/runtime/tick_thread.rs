@@ -2,8 +2,8 @@
 //! (`runtime/tick.rs`), wakes workers for what they hand out, and sleeps once for all of them.
 //!
 //! Why several shards to a thread: a tick thread with timers pending sleeps and wakes once a
-//! tick, and on a virtual machine each costs about 20 µs of CPU (`wake_cost` in
-//! `docs/performance.md`) whatever the work it wakes to — at a few hundred timers a tick, more
+//! tick, and on a virtual machine each costs about 20 µs of CPU (`docs/performance.md`, "Wake-ups: the
+//! price of a sleep") whatever the work it wakes to — at a few hundred timers a tick, more
 //! than the work. Shards are there so producers on different threads do not contend for one
 //! ring and one table; that needs no thread per shard. So a thread drives every
 //! `tick_threads`-th shard (`Config::tick_thread_count`) and pays the sleep once a tick for
@@ -19,7 +19,8 @@
 //! while producers keep both CPUs of a small machine busy, that worker would otherwise wait
 //! there for the rest of this thread's slice, milliseconds, with its runs already due. The
 //! yield lets it run now; workers then take smaller batches, which costs them a little CPU a
-//! timer (what it buys and costs: docs/performance.md, fifteenth session).
+//! timer (what it buys and costs: `docs/performance.md`, "A yield after a pass that
+//! handed out runs").
 //!
 //! The sleep is `shard/wake.rs`'s handshake made on every shard: the thread publishes the same
 //! planned tick on each shard's waker, then looks at each shard's queues once more, and a

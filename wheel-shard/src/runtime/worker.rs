@@ -31,8 +31,8 @@ use crate::timer::TimerId;
 
 /// References a worker keeps in hand, their records prefetched, ahead of the one it runs,
 /// while its callbacks are short: enough to overlap the records' misses (8 is not), and
-/// few enough that little waits for a thief behind a preempted worker (docs/performance.md
-/// has the runs).
+/// few enough that little waits for a thief behind a preempted worker (`docs/performance.md`,
+/// "Executor: references in hand").
 const DEEP: usize = HAND_CAPACITY;
 /// References in hand after a run longer than [`SHORT_RUN`].
 const SHALLOW: usize = 4;
@@ -173,8 +173,8 @@ pub(crate) fn work(core: &Core, index: usize) {
             running_since.store(0, Ordering::Release);
             return;
         }
-        // Preparing memory counts as a run: it faults fresh memory, which can take this VM
-        // milliseconds, and the tick threads must see this worker stuck in it and wake
+        // Preparing memory counts as a run: it faults fresh memory, which can take a virtual
+        // machine milliseconds, and the tick threads must see this worker stuck in it and wake
         // another for what they hand out meanwhile, not count on it as free.
         executor.workers[index].start_chore(own.stopwatch.real_nanos(&core.clock));
         let prepared = core.prepare_memory();
@@ -396,17 +396,17 @@ fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
 ///
 /// When a run waited in the queues over `behind` (half a tick, within [`BEHIND_MIN`] ..=
 /// [`BEHIND_MAX`]): a run that waited that long is on its way to a tick late. A wake-up costs
-/// this VM 20–40 µs of CPU, as much as a hundred short callbacks, so a worker that can get
+/// a virtual machine 20–40 µs of CPU, as much as a hundred short callbacks, so a worker that can get
 /// through a busy tick's batch alone within the tick calls no one: at a fifth of a tick, calls
 /// for a batch one worker finishes in time woke the other worker on nearly every second tick
-/// (docs/performance.md, thirty-fourth session).
+/// (`docs/performance.md`, "A call for help once a run has waited half a tick").
 ///
 /// Only when there is work the helper could take — references in the hand-out queues or in
-/// a worker's own queue, not only those in the caller's hands, which no other worker can take —
+/// a worker's own queue, not only those in the caller's hand, which another worker takes only once the caller is stuck —
 /// and at most once every `behind`. Without the two conditions a worker whose hand holds
 /// runs that all waited long (handed out while it was preempted) called on every run: the
 /// worker it woke found nothing, slept, and was woken again by the next run, tens of futile
-/// wake-ups a tick on one CPU (docs/performance.md, seventeenth session).
+/// wake-ups a tick on one CPU (`docs/performance.md`, "No futile wake-ups").
 struct HelpCalls {
     /// When this worker last called (`Stopwatch::real_nanos`), if it ever did.
     last: Option<u64>,

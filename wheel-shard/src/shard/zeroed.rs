@@ -5,7 +5,7 @@
 //! The memory comes from the system allocator (`std::alloc::System`) whatever the program's
 //! global allocator is: a global allocator need not give untouched pages for a zeroed request
 //! (mimalloc, for one, writes zeros over memory it reuses, so a service's rings became resident
-//! at its start; docs/performance.md, thirty-second session).
+//! at its start: `docs/performance.md`, "Record segments").
 //!
 //! The memory is asked for with at most 16-byte alignment, which the system allocator serves
 //! with `calloc`: a large `calloc` maps fresh pages and writes none of them. Asked for with a
@@ -17,10 +17,10 @@
 //!
 //! An array of 2 MiB or more is asked to use transparent huge pages over the part of it that
 //! whole huge pages cover: workers and producers touch records in random order, and on 4 KiB
-//! pages nearly every touch of a large table is also a TLB miss. (mimalloc's arenas had them
-//! so; the system allocator's fresh mappings do not unless asked. Measured on the benchmark
-//! VM at 10 M timers: 112 MiB of the process on huge pages instead of 625, and the producer
-//! about 15 ns a timer slower, until this advice.)
+//! pages nearly every touch of a large table is also a TLB miss. (The system allocator's fresh
+//! mappings get none unless asked: without the advice, 112 MiB of the process was on huge
+//! pages at 10 M timers instead of 625, and the producer was about 15 ns a timer slower;
+//! `docs/performance.md`, "Record segments".)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ops::Deref;
