@@ -402,8 +402,8 @@ fn call_for_help(core: &Core, own: &mut WorkerOwn, now: u64) {
 /// (`docs/performance.md`, "A call for help once a run has waited half a tick").
 ///
 /// Only when there is work the helper could take — references in the hand-out queues or in
-/// a worker's own queue, not only those in the caller's hand, which another worker takes only once the caller is stuck —
-/// and at most once every `behind`. Without the two conditions a worker whose hand holds
+/// a worker's own queue, not only those in the caller's hand, which another worker takes
+/// only once the caller is stuck — and at most once every `behind`. Without the two conditions a worker whose hand holds
 /// runs that all waited long (handed out while it was preempted) called on every run: the
 /// worker it woke found nothing, slept, and was woken again by the next run, tens of futile
 /// wake-ups a tick on one CPU (`docs/performance.md`, "No futile wake-ups").
