@@ -38,7 +38,13 @@ use super::record::Record;
 /// touched. And above 32 MiB, because glibc's `calloc` serves a request below its mmap
 /// threshold, which rises up to 32 MiB as large blocks are freed, from memory it has to
 /// zero itself: every page of the segment written at once.
+#[cfg(not(miri))]
 const SEGMENT_BITS: u32 = 20;
+/// Under Miri, 1 Ki records (48 KiB): the interpreter checks a whole segment's records each
+/// time a reference to them is made, and the tests that cross a segment boundary claim a
+/// segment's worth of slots.
+#[cfg(miri)]
+const SEGMENT_BITS: u32 = 10;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 // A word of the free map, 64 slots, never straddles two segments (see `Group::records`).
 const _: () = assert!(SEGMENT_LEN % 64 == 0);
@@ -52,7 +58,11 @@ const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
 /// Records an idle worker writes ahead of the fresh slots handed out, in steps of about 2 MiB
 /// (a huge page's worth): see [`TimerTable::grow`].
+#[cfg(not(miri))]
 const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
+/// Under Miri, a quarter of its smaller segment: a step stays shorter than a segment.
+#[cfg(miri)]
+const GROW_STEP: u32 = (SEGMENT_LEN / 4) as u32;
 
 /// Free slots moved between a thread's cache and the free map at a time.
 pub(crate) const BATCH: usize = 256;
@@ -706,8 +716,10 @@ mod tests {
     #[test]
     fn segments_tile_the_slot_space() {
         assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(1_048_575), (0, 1_048_575));
-        assert_eq!(locate(1_048_576), (1, 0));
+        let len = SEGMENT_LEN as u32;
+        assert_eq!(locate(len - 1), (0, SEGMENT_LEN - 1));
+        assert_eq!(locate(len), (1, 0));
+        #[cfg(not(miri))]
         assert!(
             SEGMENT_LEN * std::mem::size_of::<Record>() > 32 << 20,
             "above glibc's largest mmap threshold"
@@ -748,6 +760,7 @@ mod tests {
     /// which mapped only the shared zero page.)
     #[test]
     #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn reserve_writes_every_page_of_the_reserved_records() {
         let table = TimerTable::new();
         let slots = 2048 * RECORDS_PER_PAGE + 7;
@@ -768,6 +781,7 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn growth_writes_the_next_records_ahead_of_the_fresh_slots() {
         let step = GROW_STEP as usize;
         let table = TimerTable::new();
