@@ -161,10 +161,12 @@ struct Group {
     base: u32,
     /// Bit `b` set: slot `base + b` is free, this cache's to hand out.
     free: u64,
-    /// The record of slot `base`, so a claim finds its record without looking up the segment
-    /// (null while the group has no word). The word's 64 records lie in one segment (a
-    /// segment holds a multiple of 64), which lives as long as the table, and a cache is used
-    /// only with its own table (see [`TimerTable::record_in`]).
+    /// The word's 64 records, from the record of slot `base` on, so a claim finds its record
+    /// without looking up the segment (null while the group has no word). Taken from the
+    /// slice of all 64 ([`TimerTable::word_records`]), not from a reference to the first
+    /// record, which would let it reach that record alone. The word's records lie in one
+    /// segment (a segment holds a multiple of 64), which lives as long as the table, and a
+    /// cache is used only with its own table (see [`TimerTable::record_in`]).
     records: *const Record,
 }
 
@@ -404,7 +406,7 @@ impl TimerTable {
                         })
                         .ok_or(TableFull);
                 };
-                let records = self.record_of(base);
+                let records = self.word_records(base);
                 *group = Group {
                     base,
                     free,
@@ -438,16 +440,28 @@ impl TimerTable {
         })
     }
 
+    /// The 64 records of the word whose first slot is `base` (a multiple of 64, handed out),
+    /// as a pointer to the first that reaches all 64: what [`Group::records`] holds.
+    fn word_records(&self, base: u32) -> *const Record {
+        debug_assert_eq!(base % 64, 0, "a word's first slot");
+        let (segment, offset) = locate(base);
+        let records = self.segments[segment]
+            .get()
+            .expect("a slot handed out has a record");
+        // A word never straddles two segments (a segment holds a multiple of 64).
+        records[offset..offset + 64].as_ptr()
+    }
+
     /// The record of `slot`, one of the slots of `group`, a group of this table's cache.
     #[inline]
     fn record_in(&self, group: &Group, slot: u32) -> &Record {
         debug_assert!(slot & !63 == group.base && !group.records.is_null());
-        // SAFETY: `group.records` is the record of slot `group.base` of this table, taken
-        // when the group took its word (a cache is used only with the table whose id it
-        // holds, and ids are never reused); `slot` lies within the same word, and a word's 64
-        // records lie in one segment, so the offset stays inside that segment's array; and
-        // segments are freed only with the table, which `&self` keeps alive for the
-        // returned reference's lifetime.
+        // SAFETY: `group.records` points to the 64 records of the word from slot
+        // `group.base` of this table, taken from the slice of all 64 when the group took its
+        // word (a cache is used only with the table whose id it holds, and ids are never
+        // reused); `slot` lies within the same word, so the offset, below 64, stays inside
+        // that slice; and segments are freed only with the table, which `&self` keeps alive
+        // for the returned reference's lifetime.
         unsafe { &*group.records.add((slot - group.base) as usize) }
     }
 
