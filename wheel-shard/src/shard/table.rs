@@ -40,11 +40,11 @@ use super::record::Record;
 /// zero itself: every page of the segment written at once.
 #[cfg(not(miri))]
 const SEGMENT_BITS: u32 = 20;
-/// Under Miri, 1 Ki records (48 KiB): the interpreter checks a whole segment's records each
-/// time a reference to them is made, and the tests that cross a segment boundary claim a
-/// segment's worth of slots.
+/// Under Miri, 256 records (12 KiB, a [`BATCH`]): the interpreter checks a whole segment's
+/// records each time a reference to them is made, and the tests that cross a segment
+/// boundary claim a segment's worth of slots.
 #[cfg(miri)]
-const SEGMENT_BITS: u32 = 10;
+const SEGMENT_BITS: u32 = 8;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 // A word of the free map, 64 slots, never straddles two segments (see `Group::records`).
 const _: () = assert!(SEGMENT_LEN % 64 == 0);
@@ -1144,33 +1144,45 @@ mod tests {
     /// slot is ever held by two at once, and none is lost.
     #[test]
     fn concurrent_claims_and_releases_never_share_a_slot() {
-        use std::sync::atomic::AtomicBool;
-        const SLOTS_USED: usize = 1 << 16;
+        // Under Miri, fewer rounds, enough for each thread's held slots to overflow to the
+        // map; and deadlines of fewer groups, so that fewer slots wait in the caches.
+        const ROUNDS: usize = if cfg!(miri) { 3_000 } else { 200_000 };
+        const DEADLINES: u64 = if cfg!(miri) { 1_000 } else { 10_000 };
+        const SLOTS_USED: usize = if cfg!(miri) { 1 << 14 } else { 1 << 16 };
         let table = Arc::new(TimerTable::new());
-        let held: Arc<Vec<AtomicBool>> =
-            Arc::new((0..SLOTS_USED).map(|_| AtomicBool::new(false)).collect());
+        // Bit `s % 64` of word `s / 64`: slot `s` is held. (Words, not a flag per slot: Miri
+        // checks every element of the vector at each look-up.)
+        let held: Arc<Vec<AtomicU64>> =
+            Arc::new((0..SLOTS_USED / 64).map(|_| AtomicU64::new(0)).collect());
+        let hold = |held: &[AtomicU64], slot: u32| {
+            let bit = 1 << (slot % 64);
+            held[slot as usize / 64].fetch_or(bit, Ordering::SeqCst) & bit == 0
+        };
+        let let_go = |held: &[AtomicU64], slot: u32| {
+            held[slot as usize / 64].fetch_and(!(1 << (slot % 64)), Ordering::SeqCst);
+        };
         let threads: Vec<_> = (0..4u64)
             .map(|seed| {
                 let (table, held) = (Arc::clone(&table), Arc::clone(&held));
                 std::thread::spawn(move || {
                     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (seed + 1);
                     let mut mine = Vec::new();
-                    for _ in 0..200_000 {
+                    for _ in 0..ROUNDS {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
                         if x % 3 != 0 && mine.len() < 4 * BATCH {
-                            let slot = table.claim(x % 10_000).unwrap();
-                            assert!(!held[slot as usize].swap(true, Ordering::SeqCst), "{slot}");
+                            let slot = table.claim(x % DEADLINES).unwrap();
+                            assert!(hold(&held, slot), "{slot}");
                             mine.push(slot);
                         } else if !mine.is_empty() {
                             let slot = mine.swap_remove(x as usize % mine.len());
-                            held[slot as usize].store(false, Ordering::SeqCst);
+                            let_go(&held, slot);
                             table.release(slot);
                         }
                     }
                     for slot in mine {
-                        held[slot as usize].store(false, Ordering::SeqCst);
+                        let_go(&held, slot);
                         table.release(slot);
                     }
                 })
@@ -1186,7 +1198,8 @@ mod tests {
 
     #[test]
     fn caches_of_tables_that_are_gone_are_pruned() {
-        for _ in 0..100 {
+        let tables = if cfg!(miri) { 10 } else { 100 };
+        for _ in 0..tables {
             let table = TimerTable::new();
             let slot = table.claim(0).unwrap();
             table.release(slot);
