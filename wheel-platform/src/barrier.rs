@@ -53,7 +53,7 @@ pub fn light_barrier() {
 /// Where [`heavy_barrier_available`] is false (no pair exists there to complete).
 pub fn heavy_barrier() {
     fence(Ordering::SeqCst);
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     {
         assert!(
             heavy_barrier_available(),
@@ -66,21 +66,22 @@ pub fn heavy_barrier() {
         // above is what a failure would leave this thread with in any case.
         debug_assert_eq!(status, 0, "membarrier after registration");
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), miri))]
     panic!("no heavy barrier is available here");
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
 /// Whether [`heavy_barrier`] works in this process: asked once, and the process registered
-/// for it (Linux 4.14 and later, where no seccomp filter forbids the call).
+/// for it (Linux 4.14 and later, where no seccomp filter forbids the call). Never under Miri,
+/// which emulates no `membarrier` (nor its effect on other threads).
 pub fn heavy_barrier_available() -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     {
         static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *AVAILABLE.get_or_init(|| {
@@ -101,7 +102,7 @@ pub fn heavy_barrier_available() -> bool {
             registered == 0
         })
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), miri))]
     false
 }
 
@@ -119,6 +120,7 @@ mod tests {
     /// ordering argument is the kernel's contract and `wheel-shard`'s loom models', not this
     /// test's.
     #[test]
+    #[cfg_attr(miri, ignore = "membarrier: a system call Miri does not emulate")]
     fn the_pair_runs_and_store_buffering_does_not_show() {
         assert!(heavy_barrier_available(), "membarrier on this machine");
         const ROUNDS: u64 = 20_000;

@@ -2,7 +2,8 @@
 //! resident ahead of their first write. Advice changes how pages are supplied, never what
 //! they hold, so these functions are safe on any address range: the kernel refuses a range
 //! it cannot apply them to (not mapped, read-only, an older kernel), and nothing changes.
-//! Elsewhere than Linux they do nothing.
+//! Elsewhere than Linux they do nothing, and so under Miri, which emulates no such advice
+//! (and whose memory is the interpreter's, not pages the kernel supplies).
 
 use std::ops::Range;
 
@@ -13,7 +14,8 @@ pub const HUGE_PAGE: usize = 2 << 20;
 /// transparent huge pages (`madvise(MADV_HUGEPAGE)`): a large array touched in random order
 /// then costs a TLB miss per 2 MiB instead of per 4 KiB page. A part of a huge page at either
 /// end stays as it was, so the advice never reaches memory outside the range. Returns the
-/// range advised (empty when the range covers no whole huge page).
+/// range advised: empty, at the first huge page boundary, when the range covers no whole huge
+/// page or the advice is not given (elsewhere than Linux, under Miri).
 ///
 /// ```
 /// let memory = vec![0u8; 6 << 20];
@@ -24,10 +26,10 @@ pub const HUGE_PAGE: usize = 2 << 20;
 pub fn advise_huge_pages(start: *const u8, len: usize) -> Range<usize> {
     let first = (start as usize).next_multiple_of(HUGE_PAGE);
     let end = (start as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
-    if end <= first || cfg!(not(target_os = "linux")) {
+    if end <= first || cfg!(any(not(target_os = "linux"), miri)) {
         return first..first;
     }
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     // SAFETY: the advice changes how the pages of `first..end` are supplied, not their
     // contents; a range the kernel cannot apply it to is refused with an error.
     unsafe {
@@ -74,13 +76,13 @@ pub fn populate_write(range: Range<usize>) {
 static POPULATE_WRITE_UNKNOWN: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether [`populate_write`] can work here: false elsewhere than Linux, and once a Linux
-/// kernel has refused the advice as unknown (it is not asked again); true before the first
-/// call on Linux.
+/// Whether [`populate_write`] can work here: false elsewhere than Linux and under Miri, and
+/// once a Linux kernel has refused the advice as unknown (it is not asked again); true before
+/// the first call on Linux.
 pub fn populate_write_known() -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(miri)))]
     return !POPULATE_WRITE_UNKNOWN.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), miri))]
     false
 }
 
@@ -150,6 +152,7 @@ mod tests {
     /// pages at its ends do not. A kernel without transparent huge pages refuses the advice,
     /// and no page gets the flag.
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn huge_page_advice_covers_the_whole_huge_pages_within() {
         let has = kernel_has_huge_pages();
         let memory = vec![0u8; 5 * HUGE_PAGE];
@@ -177,7 +180,9 @@ mod tests {
     /// Populated pages keep what was written to them and count as resident.
     #[test]
     fn populated_pages_keep_their_contents() {
-        let mut memory = vec![0u8; 64 * page_size()];
+        // Under Miri, which checks every byte read, a few pages (the advice is not given).
+        let pages = if cfg!(miri) { 2 } else { 64 };
+        let mut memory = vec![0u8; pages * page_size()];
         memory[0] = 7;
         let last = memory.len() - 1;
         memory[last] = 9;

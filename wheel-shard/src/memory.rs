@@ -187,6 +187,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn the_largest_part_is_named() {
         let machine = limit();
         let rings = Config {

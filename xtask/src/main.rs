@@ -2,13 +2,15 @@
 //!
 //! `cargo xtask bench [options]` builds and runs the `wheel-bench` binary with those options
 //! (see `cargo xtask bench --help`); `cargo xtask test` runs every test, checks the API docs'
-//! links and runs the loom models (what CI runs).
+//! links and runs the loom models (what CI runs); `cargo xtask miri` runs the unit tests of
+//! the `unsafe` code under Miri (CI runs it next).
 
 use std::ffi::OsString;
 use std::process::{Command as Process, ExitCode};
 
 use clap::{Parser, Subcommand};
 
+mod miri;
 mod test;
 
 #[derive(Parser)]
@@ -33,6 +35,9 @@ enum Command {
     /// Run every test of the workspace, check the API docs' links, then the loom models (what
     /// CI runs).
     Test,
+    /// Run the unit tests of the `unsafe` code under Miri, which reports undefined behaviour;
+    /// installs nightly and Miri first (CI runs it after `test`).
+    Miri,
 }
 
 fn main() -> ExitCode {
@@ -44,6 +49,7 @@ fn main() -> ExitCode {
                 .map_or_else(|| workspace.join("target"), Into::into);
             test::run(&workspace, &target)
         }
+        Command::Miri => miri::run(&workspace),
     }
 }
 

@@ -146,6 +146,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn a_thread_gets_the_short_slice_it_asks_for_and_keeps_its_nice_value() {
         std::thread::spawn(|| {
             // SAFETY: gettid takes no argument and cannot fail.

@@ -38,7 +38,13 @@ use super::record::Record;
 /// touched. And above 32 MiB, because glibc's `calloc` serves a request below its mmap
 /// threshold, which rises up to 32 MiB as large blocks are freed, from memory it has to
 /// zero itself: every page of the segment written at once.
+#[cfg(not(miri))]
 const SEGMENT_BITS: u32 = 20;
+/// Under Miri, 256 records (12 KiB, a [`BATCH`]): the interpreter checks a whole segment's
+/// records each time a reference to them is made, and the tests that cross a segment
+/// boundary claim a segment's worth of slots.
+#[cfg(miri)]
+const SEGMENT_BITS: u32 = 8;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 // A word of the free map, 64 slots, never straddles two segments (see `Group::records`).
 const _: () = assert!(SEGMENT_LEN % 64 == 0);
@@ -52,7 +58,11 @@ const SLOTS: u32 = (SEGMENTS * SEGMENT_LEN) as u32;
 
 /// Records an idle worker writes ahead of the fresh slots handed out, in steps of about 2 MiB
 /// (a huge page's worth): see [`TimerTable::grow`].
+#[cfg(not(miri))]
 const GROW_STEP: u32 = ((2 << 20) / std::mem::size_of::<Record>()) as u32;
+/// Under Miri, a quarter of its smaller segment: a step stays shorter than a segment.
+#[cfg(miri)]
+const GROW_STEP: u32 = (SEGMENT_LEN / 4) as u32;
 
 /// Free slots moved between a thread's cache and the free map at a time.
 pub(crate) const BATCH: usize = 256;
@@ -151,10 +161,12 @@ struct Group {
     base: u32,
     /// Bit `b` set: slot `base + b` is free, this cache's to hand out.
     free: u64,
-    /// The record of slot `base`, so a claim finds its record without looking up the segment
-    /// (null while the group has no word). The word's 64 records lie in one segment (a
-    /// segment holds a multiple of 64), which lives as long as the table, and a cache is used
-    /// only with its own table (see [`TimerTable::record_in`]).
+    /// The word's 64 records, from the record of slot `base` on, so a claim finds its record
+    /// without looking up the segment (null while the group has no word). Taken from the
+    /// slice of all 64 ([`TimerTable::word_records`]), not from a reference to the first
+    /// record, which would let it reach that record alone. The word's records lie in one
+    /// segment (a segment holds a multiple of 64), which lives as long as the table, and a
+    /// cache is used only with its own table (see [`TimerTable::record_in`]).
     records: *const Record,
 }
 
@@ -394,7 +406,7 @@ impl TimerTable {
                         })
                         .ok_or(TableFull);
                 };
-                let records = self.record_of(base);
+                let records = self.word_records(base);
                 *group = Group {
                     base,
                     free,
@@ -428,16 +440,28 @@ impl TimerTable {
         })
     }
 
+    /// The 64 records of the word whose first slot is `base` (a multiple of 64, handed out),
+    /// as a pointer to the first that reaches all 64: what [`Group::records`] holds.
+    fn word_records(&self, base: u32) -> *const Record {
+        debug_assert_eq!(base % 64, 0, "a word's first slot");
+        let (segment, offset) = locate(base);
+        let records = self.segments[segment]
+            .get()
+            .expect("a slot handed out has a record");
+        // A word never straddles two segments (a segment holds a multiple of 64).
+        records[offset..offset + 64].as_ptr()
+    }
+
     /// The record of `slot`, one of the slots of `group`, a group of this table's cache.
     #[inline]
     fn record_in(&self, group: &Group, slot: u32) -> &Record {
         debug_assert!(slot & !63 == group.base && !group.records.is_null());
-        // SAFETY: `group.records` is the record of slot `group.base` of this table, taken
-        // when the group took its word (a cache is used only with the table whose id it
-        // holds, and ids are never reused); `slot` lies within the same word, and a word's 64
-        // records lie in one segment, so the offset stays inside that segment's array; and
-        // segments are freed only with the table, which `&self` keeps alive for the
-        // returned reference's lifetime.
+        // SAFETY: `group.records` points to the 64 records of the word from slot
+        // `group.base` of this table, taken from the slice of all 64 when the group took its
+        // word (a cache is used only with the table whose id it holds, and ids are never
+        // reused); `slot` lies within the same word, so the offset, below 64, stays inside
+        // that slice; and segments are freed only with the table, which `&self` keeps alive
+        // for the returned reference's lifetime.
         unsafe { &*group.records.add((slot - group.base) as usize) }
     }
 
@@ -706,8 +730,10 @@ mod tests {
     #[test]
     fn segments_tile_the_slot_space() {
         assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(1_048_575), (0, 1_048_575));
-        assert_eq!(locate(1_048_576), (1, 0));
+        let len = SEGMENT_LEN as u32;
+        assert_eq!(locate(len - 1), (0, SEGMENT_LEN - 1));
+        assert_eq!(locate(len), (1, 0));
+        #[cfg(not(miri))]
         assert!(
             SEGMENT_LEN * std::mem::size_of::<Record>() > 32 << 20,
             "above glibc's largest mmap threshold"
@@ -748,6 +774,7 @@ mod tests {
     /// which mapped only the shared zero page.)
     #[test]
     #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn reserve_writes_every_page_of_the_reserved_records() {
         let table = TimerTable::new();
         let slots = 2048 * RECORDS_PER_PAGE + 7;
@@ -768,6 +795,7 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn growth_writes_the_next_records_ahead_of_the_fresh_slots() {
         let step = GROW_STEP as usize;
         let table = TimerTable::new();
@@ -1116,33 +1144,45 @@ mod tests {
     /// slot is ever held by two at once, and none is lost.
     #[test]
     fn concurrent_claims_and_releases_never_share_a_slot() {
-        use std::sync::atomic::AtomicBool;
-        const SLOTS_USED: usize = 1 << 16;
+        // Under Miri, fewer rounds, enough for each thread's held slots to overflow to the
+        // map; and deadlines of fewer groups, so that fewer slots wait in the caches.
+        const ROUNDS: usize = if cfg!(miri) { 3_000 } else { 200_000 };
+        const DEADLINES: u64 = if cfg!(miri) { 1_000 } else { 10_000 };
+        const SLOTS_USED: usize = if cfg!(miri) { 1 << 14 } else { 1 << 16 };
         let table = Arc::new(TimerTable::new());
-        let held: Arc<Vec<AtomicBool>> =
-            Arc::new((0..SLOTS_USED).map(|_| AtomicBool::new(false)).collect());
+        // Bit `s % 64` of word `s / 64`: slot `s` is held. (Words, not a flag per slot: Miri
+        // checks every element of the vector at each look-up.)
+        let held: Arc<Vec<AtomicU64>> =
+            Arc::new((0..SLOTS_USED / 64).map(|_| AtomicU64::new(0)).collect());
+        let hold = |held: &[AtomicU64], slot: u32| {
+            let bit = 1 << (slot % 64);
+            held[slot as usize / 64].fetch_or(bit, Ordering::SeqCst) & bit == 0
+        };
+        let let_go = |held: &[AtomicU64], slot: u32| {
+            held[slot as usize / 64].fetch_and(!(1 << (slot % 64)), Ordering::SeqCst);
+        };
         let threads: Vec<_> = (0..4u64)
             .map(|seed| {
                 let (table, held) = (Arc::clone(&table), Arc::clone(&held));
                 std::thread::spawn(move || {
                     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (seed + 1);
                     let mut mine = Vec::new();
-                    for _ in 0..200_000 {
+                    for _ in 0..ROUNDS {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
                         if x % 3 != 0 && mine.len() < 4 * BATCH {
-                            let slot = table.claim(x % 10_000).unwrap();
-                            assert!(!held[slot as usize].swap(true, Ordering::SeqCst), "{slot}");
+                            let slot = table.claim(x % DEADLINES).unwrap();
+                            assert!(hold(&held, slot), "{slot}");
                             mine.push(slot);
                         } else if !mine.is_empty() {
                             let slot = mine.swap_remove(x as usize % mine.len());
-                            held[slot as usize].store(false, Ordering::SeqCst);
+                            let_go(&held, slot);
                             table.release(slot);
                         }
                     }
                     for slot in mine {
-                        held[slot as usize].store(false, Ordering::SeqCst);
+                        let_go(&held, slot);
                         table.release(slot);
                     }
                 })
@@ -1158,7 +1198,8 @@ mod tests {
 
     #[test]
     fn caches_of_tables_that_are_gone_are_pruned() {
-        for _ in 0..100 {
+        let tables = if cfg!(miri) { 10 } else { 100 };
+        for _ in 0..tables {
             let table = TimerTable::new();
             let slot = table.claim(0).unwrap();
             table.release(slot);

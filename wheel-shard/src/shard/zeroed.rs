@@ -132,6 +132,7 @@ mod tests {
     /// kernel's `hg` flag on that part of the mapping), where the kernel has them.
     #[test]
     #[cfg(target_os = "linux")]
+    #[cfg_attr(miri, ignore = "reads /proc")]
     fn a_large_array_asks_for_huge_pages() {
         use wheel_platform::pages::{kernel_has_huge_pages, HUGE_PAGE};
         // SAFETY: all-zero bytes are a valid `u64`.
