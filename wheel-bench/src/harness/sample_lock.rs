@@ -175,8 +175,8 @@ mod tests {
     #[test]
     fn a_panic_inside_frees_the_lock() {
         let lock = SampleLock::new(1);
-        // SAFETY (each `write` below): this thread is the lock's only writer.
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: this thread is the lock's only writer.
             unsafe { lock.write(|_| panic!("inside")) };
         }));
         assert!(caught.is_err());
@@ -184,6 +184,7 @@ mod tests {
             lock.exclusive(|_| panic!("inside"));
         }));
         assert!(caught.is_err());
+        // SAFETY: this thread is the lock's only writer.
         assert_eq!(unsafe { lock.write(|value| *value) }, 1);
         assert_eq!(lock.exclusive(|value| *value), 1);
     }
