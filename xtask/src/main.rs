@@ -9,6 +9,7 @@ use std::process::{Command as Process, ExitCode};
 
 use clap::{Parser, Subcommand};
 
+mod release;
 mod test;
 
 #[derive(Parser)]
@@ -33,6 +34,9 @@ enum Command {
     /// Run every test of the workspace, check the API docs' links, then the loom models (what
     /// CI runs).
     Test,
+    /// The release checks (`release.rs`).
+    #[command(flatten)]
+    Release(release::Command),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
                 .map_or_else(|| workspace.join("target"), Into::into);
             test::run(&workspace, &target)
         }
+        Command::Release(command) => release::run(&workspace, command),
     }
 }
 

@@ -109,7 +109,7 @@ impl Drop for Release<'_> {
 
 fn wait(spins: &mut u32) {
     *spins += 1;
-    if *spins % SPINS_BEFORE_YIELD == 0 {
+    if (*spins).is_multiple_of(SPINS_BEFORE_YIELD) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();

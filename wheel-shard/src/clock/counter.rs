@@ -278,7 +278,14 @@ fn invariant_counter() -> bool {
     use std::arch::x86_64::__cpuid;
     const POWER_LEAF: u32 = 0x8000_0007;
     const INVARIANT_TSC: u32 = 1 << 8;
-    __cpuid(0x8000_0000).eax >= POWER_LEAF && __cpuid(POWER_LEAF).edx & INVARIANT_TSC != 0
+    // `__cpuid` is a safe function in current Rust and an unsafe one in the oldest this crate
+    // builds with (its `rust-version`): the block serves both.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID is part of the x86_64 baseline; it reads the processor's identification
+    // and touches no memory.
+    unsafe {
+        __cpuid(0x8000_0000).eax >= POWER_LEAF && __cpuid(POWER_LEAF).edx & INVARIANT_TSC != 0
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -1,0 +1,123 @@
+//! The release checks, each a step of `.ci/run`: the published crates build with the oldest
+//! Rust they claim (`cargo xtask msrv`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, ExitCode};
+
+use clap::Subcommand;
+
+/// The crates published to crates.io; `wheel-bench` and `xtask` are `publish = false`.
+const PUBLISHED: [&str; 3] = ["wheel-platform", "wheel-core", "wheel-shard"];
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Check the published crates' libraries with the oldest Rust they claim (the workspace's
+    /// `rust-version`) and the locked dependencies; installs that toolchain with rustup.
+    Msrv,
+}
+
+/// Runs `command` in `workspace`, with its build output under the target directory
+/// (`CARGO_TARGET_DIR`, or the workspace's `target`).
+pub fn run(workspace: &Path, command: Command) -> ExitCode {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace.join("target"), PathBuf::from);
+    let result = match command {
+        Command::Msrv => msrv(workspace, &target),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("xtask: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `rustup toolchain install <rust-version> --profile minimal`, then `cargo check` of the
+/// published crates' libraries with it, every feature on, in `target/msrv`.
+fn msrv(workspace: &Path, target: &Path) -> Result<(), String> {
+    let version = rust_version(workspace)?;
+    eprintln!("xtask msrv: the published crates with Rust {version} (rust-version)");
+    run_step(Process::new("rustup").args([
+        "toolchain",
+        "install",
+        &version,
+        "--profile",
+        "minimal",
+        "--no-self-update",
+    ]))?;
+    let mut check = Process::new("rustup");
+    check
+        .args([
+            "run",
+            &version,
+            "cargo",
+            "check",
+            "--locked",
+            "--all-features",
+            "--lib",
+        ])
+        .args(packages())
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", target.join("msrv"))
+        // Set by the rustup proxy and cargo that started this command: they would make the
+        // inner cargo pick the current toolchain's rustc again.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("CARGO");
+    run_step(&mut check)?;
+    eprintln!("xtask msrv: the published crates build with Rust {version}");
+    Ok(())
+}
+
+/// The workspace's `rust-version` (`[workspace.package]` in its `Cargo.toml`).
+fn rust_version(workspace: &Path) -> Result<String, String> {
+    let manifest = workspace.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|error| format!("cannot read {}: {error}", manifest.display()))?;
+    text.lines()
+        .filter_map(|line| line.strip_prefix("rust-version"))
+        .filter_map(|rest| rest.trim_start().strip_prefix('='))
+        .map(|value| value.trim().trim_matches('"').to_string())
+        .next()
+        .ok_or_else(|| format!("no rust-version in {}", manifest.display()))
+}
+
+/// `-p NAME` for every published crate.
+fn packages() -> Vec<OsString> {
+    PUBLISHED
+        .iter()
+        .flat_map(|name| ["-p".into(), (*name).into()])
+        .collect()
+}
+
+/// Runs `command`, echoing it first; an error unless it exits with success.
+fn run_step(command: &mut Process) -> Result<(), String> {
+    let shown = std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    eprintln!("xtask: {shown}");
+    match command.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("failed ({status}): {shown}")),
+        Err(error) => Err(format!("cannot run {shown}: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_states_its_rust_version() {
+        let version = rust_version(&crate::test::workspace_root()).unwrap();
+        let parts: Vec<u32> = version
+            .split('.')
+            .map(|part| part.parse().unwrap())
+            .collect();
+        assert!(parts.len() >= 2 && parts[0] == 1, "{version}");
+    }
+}
