@@ -1,5 +1,5 @@
-//! The release checks, each a step of `.ci/run`: the published crates build with the oldest
-//! Rust they claim (`cargo xtask msrv`).
+//! The release checks, each a step of `.ci/run`: the published crates package
+//! (`cargo xtask package`) and build with the oldest Rust they claim (`cargo xtask msrv`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,10 @@ const PUBLISHED: [&str; 3] = ["wheel-platform", "wheel-core", "wheel-shard"];
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Package the published crates together (`cargo package`), each verified by a build, every
+    /// feature on, against the others' packaged versions; the `.crate` files go to
+    /// `target/package`.
+    Package,
     /// Check the published crates' libraries with the oldest Rust they claim (the workspace's
     /// `rust-version`) and the locked dependencies; installs that toolchain with rustup.
     Msrv,
@@ -23,6 +27,7 @@ pub fn run(workspace: &Path, command: Command) -> ExitCode {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace.join("target"), PathBuf::from);
     let result = match command {
+        Command::Package => package(workspace),
         Command::Msrv => msrv(workspace, &target),
     };
     match result {
@@ -32,6 +37,20 @@ pub fn run(workspace: &Path, command: Command) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo package` of the published crates at once: cargo (1.90 on) builds each from its
+/// `.crate` file, with its siblings taken from theirs, as crates.io would serve them.
+/// `--allow-dirty`: the check is of the work tree as it is (CI's clone is clean anyway).
+fn package(workspace: &Path) -> Result<(), String> {
+    run_step(
+        Process::new(cargo())
+            .args(["package", "--locked", "--allow-dirty", "--all-features"])
+            .args(packages())
+            .current_dir(workspace),
+    )?;
+    eprintln!("xtask package: {} package and build", PUBLISHED.join(", "));
+    Ok(())
 }
 
 /// `rustup toolchain install <rust-version> --profile minimal`, then `cargo check` of the
@@ -82,6 +101,11 @@ fn rust_version(workspace: &Path) -> Result<String, String> {
         .map(|value| value.trim().trim_matches('"').to_string())
         .next()
         .ok_or_else(|| format!("no rust-version in {}", manifest.display()))
+}
+
+/// The cargo that runs this command.
+fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
 /// `-p NAME` for every published crate.
