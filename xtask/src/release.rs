@@ -1,5 +1,6 @@
 //! The release checks, each a step of `.ci/run`: the published crates package
-//! (`cargo xtask package`) and build with the oldest Rust they claim (`cargo xtask msrv`).
+//! (`cargo xtask package`), build with the oldest Rust they claim (`cargo xtask msrv`) and
+//! compile for the other platforms they support (`cargo xtask targets`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,15 @@ use clap::Subcommand;
 /// The crates published to crates.io; `wheel-bench` and `xtask` are `publish = false`.
 const PUBLISHED: [&str; 3] = ["wheel-platform", "wheel-core", "wheel-shard"];
 
+/// The targets besides this machine's that the published crates must compile for: 64-bit
+/// ARM Linux (no time-stamp counter, no x86 prefetch), macOS on ARM and Windows (neither has
+/// membarrier, `/proc`, madvise or `sched_setattr`).
+const TARGETS: [&str; 3] = [
+    "aarch64-unknown-linux-gnu",
+    "aarch64-apple-darwin",
+    "x86_64-pc-windows-msvc",
+];
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Package the published crates together (`cargo package`), each verified by a build, every
@@ -19,6 +29,10 @@ pub enum Command {
     /// Check the published crates' libraries with the oldest Rust they claim (the workspace's
     /// `rust-version`) and the locked dependencies; installs that toolchain with rustup.
     Msrv,
+    /// Check that the published crates, their tests, examples and benches compile, every
+    /// feature on, for aarch64 Linux, aarch64 macOS and x86_64 Windows; adds those targets to
+    /// the toolchain with rustup. Nothing is linked or run.
+    Targets,
 }
 
 /// Runs `command` in `workspace`, with its build output under the target directory
@@ -29,6 +43,7 @@ pub fn run(workspace: &Path, command: Command) -> ExitCode {
     let result = match command {
         Command::Package => package(workspace),
         Command::Msrv => msrv(workspace, &target),
+        Command::Targets => targets(workspace),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -87,6 +102,27 @@ fn msrv(workspace: &Path, target: &Path) -> Result<(), String> {
         .env_remove("CARGO");
     run_step(&mut check)?;
     eprintln!("xtask msrv: the published crates build with Rust {version}");
+    Ok(())
+}
+
+/// `rustup target add` of [`TARGETS`], then `cargo check --all-targets` of the published crates
+/// for each (warnings are errors: code that one platform leaves unused is cfg-gated).
+fn targets(workspace: &Path) -> Result<(), String> {
+    run_step(Process::new("rustup").args(["target", "add"]).args(TARGETS))?;
+    for target in TARGETS {
+        run_step(
+            Process::new(cargo())
+                .args(["check", "--locked", "--all-features", "--all-targets"])
+                .args(packages())
+                .args(["--target", target])
+                .current_dir(workspace)
+                .env("RUSTFLAGS", "-D warnings"),
+        )?;
+    }
+    eprintln!(
+        "xtask targets: the published crates compile for {}",
+        TARGETS.join(", ")
+    );
     Ok(())
 }
 
