@@ -1,6 +1,7 @@
 //! The release checks, each a step of `.ci/run`: the published crates package
-//! (`cargo xtask package`), build with the oldest Rust they claim (`cargo xtask msrv`) and
-//! compile for the other platforms they support (`cargo xtask targets`).
+//! (`cargo xtask package`), build with the oldest Rust they claim (`cargo xtask msrv`),
+//! compile for the other platforms they support (`cargo xtask targets`), and every test passes
+//! on the fallbacks those platforms take (`cargo xtask test-portable`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,10 @@ pub enum Command {
     /// feature on, for aarch64 Linux, aarch64 macOS and x86_64 Windows; adds those targets to
     /// the toolchain with rustup. Nothing is linked or run.
     Targets,
+    /// Run every test of the workspace (release, every feature) built with `--cfg
+    /// wheel_portable`: no membarrier, no time-stamp-counter clock, no page advice, as on
+    /// platforms without them; in `target/portable`.
+    TestPortable,
 }
 
 /// Runs `command` in `workspace`, with its build output under the target directory
@@ -44,6 +49,7 @@ pub fn run(workspace: &Path, command: Command) -> ExitCode {
         Command::Package => package(workspace),
         Command::Msrv => msrv(workspace, &target),
         Command::Targets => targets(workspace),
+        Command::TestPortable => test_portable(workspace, &target),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -123,6 +129,72 @@ fn targets(workspace: &Path) -> Result<(), String> {
         "xtask targets: the published crates compile for {}",
         TARGETS.join(", ")
     );
+    Ok(())
+}
+
+/// The cfg that makes the platform detections say "unavailable" (`wheel_platform`'s doc).
+const PORTABLE_CFG: &str = "--cfg wheel_portable";
+
+/// The variable naming the directory where skipped tests record themselves (`test.rs`).
+const SKIPS_VAR: &str = "WHEEL_TEST_SKIPS";
+
+/// `cargo test --workspace --all-features --release` with [`PORTABLE_CFG`] added to the
+/// compiler's and rustdoc's flags (doc tests too), in a target directory of its own so that
+/// neither build undoes the other's; then the tests that skipped themselves, by name.
+fn test_portable(workspace: &Path, target: &Path) -> Result<(), String> {
+    let skips = target.join("portable-test-skips");
+    match std::fs::remove_dir_all(&skips) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot clear {}: {error}", skips.display()));
+        }
+        _ => {}
+    }
+    std::fs::create_dir_all(&skips)
+        .map_err(|error| format!("cannot create {}: {error}", skips.display()))?;
+    let with_cfg = |var: &str| {
+        let mut flags = std::env::var_os(var).unwrap_or_default();
+        if !flags.is_empty() {
+            flags.push(" ");
+        }
+        flags.push(PORTABLE_CFG);
+        flags
+    };
+    let result = run_step(
+        Process::new(cargo())
+            .args(["test", "--workspace", "--all-features", "--release"])
+            .current_dir(workspace)
+            .env("RUSTFLAGS", with_cfg("RUSTFLAGS"))
+            .env("RUSTDOCFLAGS", with_cfg("RUSTDOCFLAGS"))
+            .env("CARGO_TARGET_DIR", target.join("portable"))
+            .env(SKIPS_VAR, &skips),
+    );
+    let mut skipped: Vec<String> = std::fs::read_dir(&skips)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let mut lines = text.lines();
+            let test = lines.next().unwrap_or("(unnamed)");
+            format!(
+                "  {test}: {}",
+                lines.next().unwrap_or("(no reason recorded)")
+            )
+        })
+        .collect();
+    skipped.sort();
+    if !skipped.is_empty() {
+        eprintln!(
+            "xtask test-portable: {} skipped (they report ok but ran nothing):\n{}",
+            skipped.len(),
+            skipped.join("\n")
+        );
+    }
+    result?;
+    match skipped.len() {
+        0 => eprintln!("xtask test-portable: all passed with {PORTABLE_CFG}"),
+        n => eprintln!("xtask test-portable: passed with {PORTABLE_CFG}, except {n} skipped"),
+    }
     Ok(())
 }
 

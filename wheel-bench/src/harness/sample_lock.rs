@@ -166,9 +166,16 @@ mod tests {
     }
 
     #[test]
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(wheel_portable)))]
     fn this_machine_takes_the_asymmetric_path() {
         assert!(barrier::heavy_barrier_available());
+    }
+
+    /// `--cfg wheel_portable` (no membarrier): the lock's both sides take full fences.
+    #[test]
+    #[cfg(wheel_portable)]
+    fn the_portable_build_takes_the_full_fences() {
+        assert!(!barrier::heavy_barrier_available());
     }
 
     /// A panic inside frees the lock, on either side.
