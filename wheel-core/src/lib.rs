@@ -135,6 +135,11 @@
 
 #![warn(missing_docs)]
 
+/// The crate's own `README.md` (the one its package shows), whose example runs as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
+
 // Layers, each using only those above it: an entry and the level arithmetic; blocks of
 // zeroed memory from the system; the chunks that hold entries; a rotation (a ring of slots,
 // each a list of chunks); a level (its current and next rotation); the wheel (the levels, the

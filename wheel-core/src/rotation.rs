@@ -685,7 +685,7 @@ mod tests {
             let mut examined = Vec::new();
             let mut record = |v: u64| {
                 examined.push(v);
-                v % 2 == 0
+                v.is_multiple_of(2)
             };
             let first = rotation.retain_slot::<u64, false>(
                 &mut chunks,

@@ -655,7 +655,7 @@ impl<T: Copy> Wheel<T> {
     fn next_due(&self) -> Option<(u64, Due)> {
         let mut first: Option<(u64, Due)> = None;
         let mut consider = |start: u64, due: Due| {
-            if first.map_or(true, |(best, _)| start < best) {
+            if first.is_none_or(|(best, _)| start < best) {
                 first = Some((start, due));
             }
         };

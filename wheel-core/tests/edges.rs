@@ -576,7 +576,7 @@ fn retain_resumes_after_its_chunks_were_handed_out_and_reused() {
 #[test]
 fn retain_during_a_partly_cascaded_slot() {
     let mut wheel = Wheel::new();
-    let rejected = |i: u64| i % 7 == 0;
+    let rejected = |i: u64| i.is_multiple_of(7);
     let mut expected: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     let mut insert = |wheel: &mut Wheel<u64>, deadline: u64, i: u64| {
         wheel.insert(deadline, i);

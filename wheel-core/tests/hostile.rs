@@ -584,7 +584,7 @@ fn random_panics_in_retain_lose_and_duplicate_nothing() {
                             panic!("deliberate panic in keep");
                         }
                         seen_now.push(v);
-                        (v ^ salt) % 5 != 0
+                        !(v ^ salt).is_multiple_of(5)
                     };
                     if prefetched {
                         let mut fetched = 0u64;
@@ -603,7 +603,7 @@ fn random_panics_in_retain_lose_and_duplicate_nothing() {
                     }
                 }));
                 for &v in &seen_now {
-                    if (v ^ salt) % 5 == 0 {
+                    if (v ^ salt).is_multiple_of(5) {
                         rejected.insert(v);
                     }
                 }
@@ -804,7 +804,7 @@ fn far_entries_against_a_model_in_order_and_on_time() {
                 if rng.chance(7) {
                     let salt = rng.next();
                     wheel.retain(1 + rng.below(50) as usize, |d, &id| {
-                        let keep = (id ^ salt) % 5 != 0;
+                        let keep = !(id ^ salt).is_multiple_of(5);
                         if !keep {
                             assert!(
                                 model.remove(&(d, id)),
@@ -1197,7 +1197,7 @@ fn model_run(seed: u64, ops: usize) {
                         in_time_seen = true;
                         let key = (d, e.value);
                         assert!(
-                            last_out.map_or(true, |last| last < key),
+                            last_out.is_none_or(|last| last < key),
                             "{}: {e:?} out of order after {last_out:?}",
                             ctx(op)
                         );
@@ -1237,11 +1237,11 @@ fn model_run(seed: u64, ops: usize) {
                         "{}: retain saw {id} twice in a call",
                         ctx(op)
                     );
-                    (id ^ salt) % 4 != 0
+                    !(id ^ salt).is_multiple_of(4)
                 });
                 assert_eq!(n, examined.len());
                 for id in examined {
-                    if (id ^ salt) % 4 == 0 {
+                    if (id ^ salt).is_multiple_of(4) {
                         model.remove(&id);
                     }
                 }

@@ -248,10 +248,10 @@ impl Harness {
             before <= now && now <= effective,
             "clock {before} -> {now}, {effective}"
         );
-        if budget.map_or(true, |n| out.len() < n) {
+        if budget.is_none_or(|n| out.len() < n) {
             // The advance ran to its end: the clock is at the target, nothing due is left.
             assert_eq!(now, effective);
-            assert!(self.wheel.next_expiration().map_or(true, |t| t > now));
+            assert!(self.wheel.next_expiration().is_none_or(|t| t > now));
         }
     }
 
@@ -343,7 +343,7 @@ impl Harness {
         let rejected: Vec<(u64, u64)> = examined
             .iter()
             .filter(|&(&(_, value), _)| rejects(salt, value))
-            .flat_map(|(&key, &n)| std::iter::repeat(key).take(n))
+            .flat_map(|(&key, &n)| std::iter::repeat_n(key, n))
             .collect();
         for (deadline, value) in rejected {
             self.model.take(&Entry { deadline, value });

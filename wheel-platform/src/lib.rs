@@ -10,6 +10,18 @@
 //!
 //! Each function says what it does where the platform lacks the feature: a hint or an advice
 //! does nothing, and [`barrier::heavy_barrier_available`] says `false`.
+//!
+//! # The portable switch
+//!
+//! Built with `--cfg wheel_portable` (`RUSTFLAGS="--cfg wheel_portable"`, as `cargo xtask
+//! test-portable` does), the crate takes the paths of a platform that lacks those features on
+//! any platform, Linux included: [`barrier::heavy_barrier_available`] says `false` (so callers
+//! use full fences on both sides), and the page advice does nothing
+//! ([`pages::kernel_has_huge_pages`] and [`pages::populate_write_known`] say `false`).
+//! `wheel-shard` reads the same cfg and starts deadlines from `Instant::now()` instead of its
+//! time-stamp-counter clock. So the test suite runs on Linux the fallbacks that builds for
+//! other platforms take: macOS and Windows have neither membarrier nor page advice, and only
+//! x86_64 Linux has the counter clock. The prefetch hints stay: a hint changes no result.
 
 pub mod barrier;
 pub mod hint;

@@ -2,34 +2,39 @@
 //! resident ahead of their first write. Advice changes how pages are supplied, never what
 //! they hold, so these functions are safe on any address range: the kernel refuses a range
 //! it cannot apply them to (not mapped, read-only, an older kernel), and nothing changes.
-//! Elsewhere than Linux they do nothing, and so under Miri, which emulates no such advice
-//! (and whose memory is the interpreter's, not pages the kernel supplies).
+//! Elsewhere than Linux, and in a build with `--cfg wheel_portable` (the crate's doc), they do
+//! nothing.
 
 use std::ops::Range;
 
 /// Size of a transparent huge page on x86_64 and most aarch64 kernels.
 pub const HUGE_PAGE: usize = 2 << 20;
 
+/// Whether advice is given at all: on Linux, unless built with `--cfg wheel_portable`.
+const ADVICE: bool = cfg!(all(target_os = "linux", not(any(wheel_portable, miri))));
+
 /// Asks the kernel to back the whole huge pages within `len` bytes from `start` with
 /// transparent huge pages (`madvise(MADV_HUGEPAGE)`): a large array touched in random order
 /// then costs a TLB miss per 2 MiB instead of per 4 KiB page. A part of a huge page at either
 /// end stays as it was, so the advice never reaches memory outside the range. Returns the
-/// range advised: empty, at the first huge page boundary, when the range covers no whole huge
-/// page or the advice is not given (elsewhere than Linux, under Miri).
+/// range advised (empty when the range covers no whole huge page).
 ///
 /// ```
+/// use wheel_platform::pages::{advise_huge_pages, kernel_has_huge_pages, HUGE_PAGE};
+///
 /// let memory = vec![0u8; 6 << 20];
-/// let advised = wheel_platform::pages::advise_huge_pages(memory.as_ptr(), memory.len());
-/// assert!(advised.len() >= 4 << 20 || cfg!(not(target_os = "linux")));
-/// assert_eq!(advised.start % wheel_platform::pages::HUGE_PAGE, 0);
+/// let advised = advise_huge_pages(memory.as_ptr(), memory.len());
+/// // At least 4 of the 6 MiB, where the advice is given; an empty range where it is not.
+/// assert!(advised.len() >= 4 << 20 || !kernel_has_huge_pages());
+/// assert_eq!(advised.start % HUGE_PAGE, 0);
 /// ```
 pub fn advise_huge_pages(start: *const u8, len: usize) -> Range<usize> {
     let first = (start as usize).next_multiple_of(HUGE_PAGE);
     let end = (start as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
-    if end <= first || cfg!(any(not(target_os = "linux"), miri)) {
+    if end <= first || !ADVICE {
         return first..first;
     }
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(all(target_os = "linux", not(any(wheel_portable, miri))))]
     // SAFETY: the advice changes how the pages of `first..end` are supplied, not their
     // contents; a range the kernel cannot apply it to is refused with an error.
     unsafe {
@@ -46,7 +51,7 @@ pub fn advise_huge_pages(start: *const u8, len: usize) -> Range<usize> {
 /// meanwhile. Nothing where the kernel does not know the advice
 /// ([`populate_write_known`]) or refuses the range.
 pub fn populate_write(range: Range<usize>) {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(any(wheel_portable, miri))))]
     {
         if range.is_empty() || !populate_write_known() {
             return;
@@ -67,22 +72,22 @@ pub fn populate_write(range: Range<usize>) {
             POPULATE_WRITE_UNKNOWN.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(any(not(target_os = "linux"), wheel_portable, miri))]
     let _ = range;
 }
 
 /// Set once the kernel has said it does not know `MADV_POPULATE_WRITE` (before Linux 5.14).
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(any(wheel_portable, miri))))]
 static POPULATE_WRITE_UNKNOWN: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether [`populate_write`] can work here: false elsewhere than Linux and under Miri, and
-/// once a Linux kernel has refused the advice as unknown (it is not asked again); true before
-/// the first call on Linux.
+/// Whether [`populate_write`] can work here: false elsewhere than Linux (and under `--cfg
+/// wheel_portable`), and once a Linux kernel has refused the advice as unknown (it is not
+/// asked again); true before the first call on Linux.
 pub fn populate_write_known() -> bool {
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(all(target_os = "linux", not(any(wheel_portable, miri))))]
     return !POPULATE_WRITE_UNKNOWN.load(std::sync::atomic::Ordering::Relaxed);
-    #[cfg(any(not(target_os = "linux"), miri))]
+    #[cfg(any(not(target_os = "linux"), wheel_portable, miri))]
     false
 }
 
@@ -103,10 +108,10 @@ pub fn page_size() -> usize {
 
 /// Whether this kernel has transparent huge pages to give (Linux built with them: its
 /// `/sys/kernel/mm/transparent_hugepage` exists); where it does not, [`advise_huge_pages`] is
-/// refused and changes nothing.
+/// refused and changes nothing. False elsewhere than Linux and under `--cfg wheel_portable`,
+/// where no advice is given.
 pub fn kernel_has_huge_pages() -> bool {
-    cfg!(target_os = "linux")
-        && std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists()
+    ADVICE && std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists()
 }
 
 /// Whether the mapping that holds `address` carries the huge-page advice (the `hg` flag in
@@ -150,7 +155,8 @@ mod tests {
 
     /// The whole huge pages inside the range get the kernel's `hg` flag; the parts of huge
     /// pages at its ends do not. A kernel without transparent huge pages refuses the advice,
-    /// and no page gets the flag.
+    /// and no page gets the flag. Under `--cfg wheel_portable` no advice is given: the range
+    /// returned is empty, at the first whole huge page, and no page gets the flag.
     #[test]
     #[cfg_attr(miri, ignore = "reads /proc")]
     fn huge_page_advice_covers_the_whole_huge_pages_within() {
@@ -161,16 +167,22 @@ mod tests {
         let start = aligned + 4096;
         let len = 3 * HUGE_PAGE;
         let advised = advise_huge_pages(start as *const u8, len);
-        assert_eq!(advised, aligned + HUGE_PAGE..aligned + 3 * HUGE_PAGE);
-        assert_eq!(huge_pages_advised_at(advised.start), Some(has));
-        assert_eq!(huge_pages_advised_at(advised.end - 1), Some(has));
+        let whole = aligned + HUGE_PAGE..aligned + 3 * HUGE_PAGE;
+        if cfg!(wheel_portable) {
+            assert!(!has, "no advice, so no huge pages to give");
+            assert_eq!(advised, whole.start..whole.start);
+        } else {
+            assert_eq!(advised, whole);
+        }
+        assert_eq!(huge_pages_advised_at(whole.start), Some(has));
+        assert_eq!(huge_pages_advised_at(whole.end - 1), Some(has));
         assert_eq!(
             huge_pages_advised_at(start),
             Some(false),
             "the partial page before"
         );
         assert_eq!(
-            huge_pages_advised_at(advised.end),
+            huge_pages_advised_at(whole.end),
             Some(false),
             "the partial page after"
         );
@@ -180,7 +192,6 @@ mod tests {
     /// Populated pages keep what was written to them and count as resident.
     #[test]
     fn populated_pages_keep_their_contents() {
-        // Under Miri, which checks every byte read, a few pages (the advice is not given).
         let pages = if cfg!(miri) { 2 } else { 64 };
         let mut memory = vec![0u8; pages * page_size()];
         memory[0] = 7;
@@ -195,6 +206,6 @@ mod tests {
     #[test]
     fn the_page_size_is_a_power_of_two() {
         assert!(page_size().is_power_of_two());
-        assert!(HUGE_PAGE % page_size() == 0);
+        assert!(HUGE_PAGE.is_multiple_of(page_size()));
     }
 }

@@ -149,6 +149,11 @@
 
 #![warn(missing_docs)]
 
+/// The crate's own `README.md` (the one its package shows), whose example runs as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
+
 mod adapters;
 mod clock;
 mod config;

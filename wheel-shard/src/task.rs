@@ -115,11 +115,11 @@ const fn fits<T>() -> bool {
 impl Task {
     /// A task that runs `f` once.
     pub(crate) fn once<F: FnOnce() + Send + 'static>(f: F) -> Task {
-        // SAFETY (both calls): each table is its value's type's, and `F` fits (checked) or
-        // a box, which always does.
         if fits::<F>() {
+            // SAFETY: the table is `F`'s, and `F` fits (checked).
             unsafe { Task::store(f, &OnceVTable::<F>::VTABLE) }
         } else {
+            // SAFETY: the table is `Box<F>`'s, and a box always fits.
             unsafe { Task::store(Box::new(f), &OnceVTable::<Box<F>>::VTABLE) }
         }
     }
@@ -127,10 +127,11 @@ impl Task {
     /// A task that runs `f` every `period` ticks.
     pub(crate) fn every<F: FnMut() + Send + 'static>(f: F, period: u64) -> Task {
         let every = Every { f, period };
-        // SAFETY (both calls): as in `Task::once`.
         if fits::<Every<F>>() {
+            // SAFETY: the table is `Every<F>`'s, and `Every<F>` fits (checked).
             unsafe { Task::store(every, &EveryVTable::<Every<F>>::VTABLE) }
         } else {
+            // SAFETY: the table is `Box<Every<F>>`'s, and a box always fits.
             unsafe { Task::store(Box::new(every), &EveryVTable::<Box<Every<F>>>::VTABLE) }
         }
     }

@@ -349,6 +349,12 @@ fn paths_that_cannot_be_read_are_io_errors_naming_the_path() {
 /// The user a root test process drops to, to meet a permission it would otherwise ignore.
 const NOBODY: u32 = 65534;
 
+/// Whether this process runs as root.
+fn is_root() -> bool {
+    // SAFETY: geteuid takes no argument, touches no memory and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// The file [`child_reads_an_unreadable_file`] reads.
 const UNREADABLE_VAR: &str = "HOSTILE_CONFIG_UNREADABLE";
 
@@ -369,7 +375,7 @@ fn an_unreadable_file_is_a_permission_error_naming_it() {
             let path = path.clone();
             move || Config::from_file(&path)
         }))
-    } else if unsafe { libc::geteuid() } == 0 {
+    } else if is_root() {
         let run = run_child_as(
             "child_reads_an_unreadable_file",
             Some(NOBODY),
@@ -1321,7 +1327,7 @@ fn a_thread_that_cannot_start_is_an_error_and_leaves_no_thread() {
     const TEST: &str = "child_runs_out_of_threads";
     let deadline = Duration::from_secs(60);
     let mut run = None;
-    if unsafe { libc::geteuid() } == 0 {
+    if is_root() {
         let as_nobody = run_child_limited(TEST, Some(NOBODY), None, Some(256), &[], deadline);
         if !as_nobody.could_not_start() {
             run = Some(as_nobody);

@@ -756,7 +756,10 @@ fn stopping_leaves_the_runtime_free_while_the_service_shuts_down() {
     );
 }
 
+// The accept-error test lowers the descriptor limit with util-linux's `prlimit`: Linux only.
+
 /// Set in the child process of the accept-error test.
+#[cfg(target_os = "linux")]
 const OUT_OF_DESCRIPTORS_CHILD: &str = "IDLE_PROXY_TEST_OUT_OF_DESCRIPTORS";
 
 /// Lowers this process's open-file limit (soft) so that the next descriptor it opens fails
@@ -764,6 +767,7 @@ const OUT_OF_DESCRIPTORS_CHILD: &str = "IDLE_PROXY_TEST_OUT_OF_DESCRIPTORS";
 /// thread closes in between (a thread of the runtime or of the service that read a file as it
 /// started) leaves a hole below the limit; the holes are opened and returned, to be held
 /// while the test runs.
+#[cfg(target_os = "linux")]
 fn run_out_of_descriptors() -> Vec<std::fs::File> {
     use std::os::fd::AsRawFd;
     let lowest_free = std::fs::File::open("/dev/null")
@@ -787,6 +791,7 @@ fn run_out_of_descriptors() -> Vec<std::fs::File> {
 }
 
 #[test]
+#[cfg(target_os = "linux")]
 fn accept_errors_back_off_without_spinning_when_the_service_is_shut_down() {
     if std::env::var_os(OUT_OF_DESCRIPTORS_CHILD).is_some() {
         return accept_errors_out_of_descriptors();
@@ -813,6 +818,7 @@ fn accept_errors_back_off_without_spinning_when_the_service_is_shut_down() {
 
 /// The child's part: the proxy's accept fails (EMFILE) with a shut-down timer service, which
 /// refuses the back-off's sleep; the accept loop must still wait between attempts.
+#[cfg(target_os = "linux")]
 fn accept_errors_out_of_descriptors() {
     // The upstream is a listener that never accepts: the proxy's upstream check connects (the
     // kernel completes the handshake) and no thread of this process holds, then closes, a

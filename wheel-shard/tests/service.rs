@@ -868,6 +868,7 @@ fn a_reserved_capacity_takes_a_burst_at_once() {
 
 /// Whether this process may run a thread under `SCHED_FIFO` (root, `CAP_SYS_NICE`, or an
 /// `RLIMIT_RTPRIO` of at least 1): tried on a thread of its own.
+#[cfg(target_os = "linux")]
 fn may_use_sched_fifo() -> bool {
     std::thread::spawn(|| {
         let param = libc::sched_param { sched_priority: 1 };
@@ -876,6 +877,12 @@ fn may_use_sched_fifo() -> bool {
     })
     .join()
     .unwrap()
+}
+
+/// Real-time tick threads are offered on Linux only (`runtime/priority.rs`).
+#[cfg(not(target_os = "linux"))]
+fn may_use_sched_fifo() -> bool {
+    false
 }
 
 /// Tick threads of this process (named `wheel-tick-*`) that run under `SCHED_FIFO`, read from

@@ -128,7 +128,7 @@ fn hands_stolen_under_load_run_every_timer_exactly_once() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let deadline = start + Duration::from_millis(seed % 400);
-        let blocks = seed % 97 == 0;
+        let blocks = seed.is_multiple_of(97);
         let runs = Arc::clone(&runs);
         timers
             .schedule_at(deadline, move || {

@@ -11,6 +11,7 @@ use std::process::{Command as Process, ExitCode};
 use clap::{Parser, Subcommand};
 
 mod miri;
+mod release;
 mod test;
 
 #[derive(Parser)]
@@ -38,6 +39,9 @@ enum Command {
     /// Run the unit tests of the `unsafe` code under Miri, which reports undefined behaviour;
     /// installs nightly and Miri first (CI runs it after `test`).
     Miri,
+    /// The release checks (`release.rs`).
+    #[command(flatten)]
+    Release(release::Command),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
             test::run(&workspace, &target)
         }
         Command::Miri => miri::run(&workspace),
+        Command::Release(command) => release::run(&workspace, command),
     }
 }
 

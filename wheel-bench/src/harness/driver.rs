@@ -216,7 +216,7 @@ fn wait_for_callbacks<T: Timers>(
         let complete = match (system.outstanding(), expected) {
             (None, None) => now > totals.max_deadline && now - last.1 > QUIET_PERIOD,
             (outstanding, expected) => {
-                outstanding.map_or(true, |o| o == 0) && expected.map_or(true, |e| fired >= e)
+                outstanding.is_none_or(|o| o == 0) && expected.is_none_or(|e| fired >= e)
             }
         };
         if complete {

@@ -177,7 +177,7 @@ impl FiredList {
             // SAFETY: `filled < room`, so the slot lies within `current`, a chunk this list
             // alone was handed (`&mut self`).
             unsafe { self.current.add(self.filled).write(index) };
-            if self.filled % PER_LINE == 0 && self.filled + PER_LINE < self.room {
+            if self.filled.is_multiple_of(PER_LINE) && self.filled + PER_LINE < self.room {
                 // The next line is this core's before the callback that writes it: a line
                 // written without the hint waits for memory at the worker's next locked
                 // instruction (docs/performance.md).

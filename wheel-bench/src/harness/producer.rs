@@ -218,7 +218,7 @@ impl Reading {
 
     /// Reads the clock again before the `i`th timer of a batch when a reading is due.
     fn refresh_before(&mut self, i: u32) {
-        if i % CLOCK_EVERY == 0 {
+        if i.is_multiple_of(CLOCK_EVERY) {
             *self = Reading::now(self.epoch);
         }
     }

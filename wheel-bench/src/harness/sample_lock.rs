@@ -109,7 +109,7 @@ impl Drop for Release<'_> {
 
 fn wait(spins: &mut u32) {
     *spins += 1;
-    if *spins % SPINS_BEFORE_YIELD == 0 {
+    if (*spins).is_multiple_of(SPINS_BEFORE_YIELD) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
@@ -166,17 +166,24 @@ mod tests {
     }
 
     #[test]
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(wheel_portable)))]
     fn this_machine_takes_the_asymmetric_path() {
         assert!(barrier::heavy_barrier_available());
+    }
+
+    /// `--cfg wheel_portable` (no membarrier): the lock's both sides take full fences.
+    #[test]
+    #[cfg(wheel_portable)]
+    fn the_portable_build_takes_the_full_fences() {
+        assert!(!barrier::heavy_barrier_available());
     }
 
     /// A panic inside frees the lock, on either side.
     #[test]
     fn a_panic_inside_frees_the_lock() {
         let lock = SampleLock::new(1);
-        // SAFETY (each `write` below): this thread is the lock's only writer.
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: this thread is the lock's only writer.
             unsafe { lock.write(|_| panic!("inside")) };
         }));
         assert!(caught.is_err());
@@ -184,6 +191,7 @@ mod tests {
             lock.exclusive(|_| panic!("inside"));
         }));
         assert!(caught.is_err());
+        // SAFETY: this thread is the lock's only writer.
         assert_eq!(unsafe { lock.write(|value| *value) }, 1);
         assert_eq!(lock.exclusive(|value| *value), 1);
     }

@@ -21,7 +21,8 @@
 //! Ground rules, each a reason the bound is never behind:
 //! 1. The kernel's own monotonic clock reads this counter (clocksource `tsc`, an invariant
 //!    counter), so the counter is as consistent across CPUs as `Instant` is; on any other
-//!    machine there is no counter clock and `schedule` reads `Instant::now()`. This is checked
+//!    machine, and in a build with `--cfg wheel_portable` (which tests that path on any
+//!    machine), there is no counter clock and `schedule` reads `Instant::now()`. This is checked
 //!    once, at calibration: a kernel that later finds its counter unstable and changes clock
 //!    source has broken the premise for its own clock as well.
 //! 2. `r̂` is the counter's rate (nanoseconds a count) measured at calibration as an upper
@@ -260,11 +261,16 @@ fn bracket(epoch: Instant) -> Option<Bracket> {
         .find(|read| (1..10_000).contains(&read.width()))
 }
 
-/// Whether the kernel's monotonic clock reads an invariant time-stamp counter (rule 1).
+/// Whether the kernel's monotonic clock reads an invariant time-stamp counter (rule 1); never
+/// under `--cfg wheel_portable`.
 fn kernel_reads_the_counter() -> bool {
     const SOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
-    cfg!(all(target_arch = "x86_64", target_os = "linux", not(loom)))
-        && invariant_counter()
+    cfg!(all(
+        target_arch = "x86_64",
+        target_os = "linux",
+        not(loom),
+        not(wheel_portable)
+    )) && invariant_counter()
         && std::fs::read_to_string(SOURCE).is_ok_and(|source| is_the_counter(&source))
 }
 
@@ -279,7 +285,14 @@ fn invariant_counter() -> bool {
     use std::arch::x86_64::__cpuid;
     const POWER_LEAF: u32 = 0x8000_0007;
     const INVARIANT_TSC: u32 = 1 << 8;
-    __cpuid(0x8000_0000).eax >= POWER_LEAF && __cpuid(POWER_LEAF).edx & INVARIANT_TSC != 0
+    // `__cpuid` is a safe function in current Rust and an unsafe one in the oldest this crate
+    // builds with (its `rust-version`): the block serves both.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID is part of the x86_64 baseline; it reads the processor's identification
+    // and touches no memory.
+    unsafe {
+        __cpuid(0x8000_0000).eax >= POWER_LEAF && __cpuid(POWER_LEAF).edx & INVARIANT_TSC != 0
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -352,6 +365,14 @@ mod tests {
         assert!(is_the_counter("tsc\n"));
         assert!(!is_the_counter("kvm-clock\n"));
         assert!(!is_the_counter("hpet"));
+    }
+
+    /// The switch that tests the platforms without a counter clock leaves none here either.
+    #[test]
+    #[cfg(wheel_portable)]
+    fn the_portable_switch_leaves_no_counter_clock() {
+        assert!(!kernel_reads_the_counter());
+        assert!(CounterClock::calibrated().is_none());
     }
 
     #[test]

@@ -32,6 +32,7 @@ use std::time::Duration;
 /// The scheduler slice a tick thread asks for at normal priority: the shortest Linux grants. A
 /// pass of a tick thread is usually shorter; a longer one (a flood of new timers) lets others
 /// in every slice, as any thread would.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const TICK_SLICE: Duration = Duration::from_micros(100);
 
 /// Asks the scheduler for [`TICK_SLICE`] as the calling thread's slice, keeping its policy
@@ -94,6 +95,7 @@ pub(crate) fn ask_short_slice() -> io::Result<()> {
 
 /// The `SCHED_FIFO` priority of a real-time tick thread: the lowest, so every other real-time
 /// thread on the machine still comes first.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const PRIORITY: i32 = 1;
 
 /// Moves the thread of `handle` (not yet joined) to `SCHED_FIFO` at [`PRIORITY`].

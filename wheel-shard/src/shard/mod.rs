@@ -442,7 +442,7 @@ impl Shard {
     pub(crate) fn rings_empty(&self) -> bool {
         self.urgent.is_empty()
             && self.ring.is_empty()
-            && self.lane.as_ref().map_or(true, Lane::is_empty)
+            && self.lane.as_ref().is_none_or(Lane::is_empty)
     }
 
     /// Tick thread: whether [`Shard::pop_new`] has a published timer to take.

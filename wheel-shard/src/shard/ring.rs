@@ -318,7 +318,7 @@ mod tests {
             match ring.pop() {
                 Some(v) => {
                     let (p, i) = ((v / PER) as usize, v % PER);
-                    assert!(last[p].map_or(true, |l| l < i), "per-producer FIFO");
+                    assert!(last[p].is_none_or(|l| l < i), "per-producer FIFO");
                     last[p] = Some(i);
                     seen += 1;
                 }

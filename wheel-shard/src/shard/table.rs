@@ -47,7 +47,7 @@ const SEGMENT_BITS: u32 = 20;
 const SEGMENT_BITS: u32 = 8;
 const SEGMENT_LEN: usize = 1 << SEGMENT_BITS;
 // A word of the free map, 64 slots, never straddles two segments (see `Group::records`).
-const _: () = assert!(SEGMENT_LEN % 64 == 0);
+const _: () = assert!(SEGMENT_LEN.is_multiple_of(64));
 /// 256 segments of 1 Mi records: 2^28 (268 million) timers per shard at once.
 const SEGMENTS: usize = 1 << 8;
 /// Records that fit in one 4 KiB page (85 of 48 bytes): [`TimerTable::write_records`] writes
@@ -1171,7 +1171,7 @@ mod tests {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        if x % 3 != 0 && mine.len() < 4 * BATCH {
+                        if !x.is_multiple_of(3) && mine.len() < 4 * BATCH {
                             let slot = table.claim(x % DEADLINES).unwrap();
                             assert!(hold(&held, slot), "{slot}");
                             mine.push(slot);

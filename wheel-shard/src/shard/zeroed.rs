@@ -104,11 +104,12 @@ mod tests {
 
     #[test]
     fn values_are_aligned_and_zero() {
-        // SAFETY: all-zero bytes are a valid `Line` and `u16`.
+        // SAFETY: all-zero bytes are a valid `Line`.
         let lines = unsafe { ZeroedSlice::<Line>::new(1000) }.unwrap();
         assert_eq!(lines.len(), 1000);
         assert_eq!(lines.as_ptr() as usize % 64, 0);
         assert!(lines.iter().all(|line| line.0 == [0; 8]));
+        // SAFETY: all-zero bytes are a valid `u16`.
         let small = unsafe { ZeroedSlice::<u16>::new(3) }.unwrap();
         assert_eq!(&*small, &[0, 0, 0]);
     }
