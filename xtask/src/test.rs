@@ -46,6 +46,8 @@ const STEPS: &[Step] = &[
         target_subdir: Some("doc-check"),
     },
     Step {
+        // The library's unit tests only: under `--cfg loom` `wheel-shard` leaves out its
+        // dev-dependencies, so this builds the library, its dependencies and loom.
         what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
         args: &["test", "-p", "wheel-shard", "--profile", PROFILE, "--lib", "loom"],
         env: &[("RUSTFLAGS", "--cfg loom")],
