@@ -2,6 +2,10 @@
 //! broken intra-doc link, then the loom models of the lock-free parts. It is the README's test
 //! command, and `.ci/run` calls exactly it.
 //!
+//! An integration test binary is a directory `tests/<name>/` whose `main.rs` declares a module
+//! per file; a file it does not declare would compile nowhere and its tests would never run, so
+//! this command first checks that each file is declared, and fails naming those that are not.
+//!
 //! A test that cannot run here (the proxy tests without redis) passes without doing anything,
 //! and the test harness swallows what it prints. Such a test records itself in the directory
 //! named by `WHEEL_TEST_SKIPS` (`wheel-shard/tests/skip`), which this command sets, and the
@@ -66,6 +70,18 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         eprintln!("xtask test: cannot clear {}: {error}", skips_dir.display());
         return ExitCode::FAILURE;
     }
+    let undeclared = undeclared_test_files(workspace);
+    if !undeclared.is_empty() {
+        for (file, parent) in &undeclared {
+            eprintln!(
+                "xtask test: {} is in no test binary: declare it in {} (`mod {};`)",
+                file.display(),
+                parent.display(),
+                module_name(file)
+            );
+        }
+        return ExitCode::FAILURE;
+    }
     let mut failed = None;
     for step in STEPS {
         eprintln!("xtask test: {} (cargo {})", step.what, step.args.join(" "));
@@ -98,6 +114,85 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// The files of the workspace's test binaries that no binary compiles, each with the file that
+/// should declare it. A binary is a directory `tests/<name>/` with a `main.rs` (cargo finds it);
+/// each other `.rs` file in it is a module only where its parent (`main.rs`, or the `mod.rs` of
+/// its directory) says `mod <name>;`, and cargo builds nothing it is not told of.
+fn undeclared_test_files(workspace: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut undeclared = Vec::new();
+    let crates = std::fs::read_dir(workspace).into_iter().flatten().flatten();
+    for krate in crates {
+        let binaries = std::fs::read_dir(krate.path().join("tests"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for binary in binaries {
+            let root = binary.path();
+            if root.join("main.rs").is_file() {
+                check_modules(&root, &root, &mut undeclared);
+            }
+        }
+    }
+    undeclared.sort();
+    undeclared
+}
+
+/// Adds the `.rs` files below `dir` that their parent module does not declare.
+fn check_modules(root: &Path, dir: &Path, undeclared: &mut Vec<(PathBuf, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            check_modules(root, &path, undeclared);
+            continue;
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".rs") || (dir == root && name == "main.rs") {
+            continue;
+        }
+        // `x.rs` is declared in its directory's module; `x/mod.rs` in the one above.
+        let declared_in = if name == "mod.rs" {
+            dir.parent().unwrap_or(dir)
+        } else {
+            dir
+        };
+        let parent = if declared_in == root {
+            declared_in.join("main.rs")
+        } else {
+            declared_in.join("mod.rs")
+        };
+        let text = std::fs::read_to_string(&parent).unwrap_or_default();
+        let module = module_name(&path);
+        let declared = text.lines().any(|line| {
+            let line = line.trim();
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+            line.strip_prefix("mod ")
+                .and_then(|rest| rest.strip_suffix(';'))
+                .is_some_and(|declared| declared.trim() == module)
+        });
+        if !declared {
+            undeclared.push((path, parent));
+        }
+    }
+}
+
+/// The module a test file is: its name, or its directory's for a `mod.rs`.
+fn module_name(file: &Path) -> String {
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    if stem == "mod" {
+        file.parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string()
+    } else {
+        stem.to_string()
     }
 }
 
@@ -186,6 +281,40 @@ pub fn workspace_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_file_no_binary_declares_is_named_with_where_to_declare_it() {
+        let workspace = std::env::temp_dir().join(format!("xtask-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&workspace);
+        let binary = workspace.join("krate/tests/behaviour");
+        std::fs::create_dir_all(binary.join("group")).unwrap();
+        std::fs::create_dir_all(workspace.join("krate/tests/common")).unwrap();
+        for (file, text) in [
+            (
+                "main.rs",
+                "mod declared;\n#[cfg(unix)]\npub(crate) mod group;\n",
+            ),
+            ("declared.rs", ""),
+            ("forgotten.rs", ""),
+            ("group/mod.rs", "mod inner;\n"),
+            ("group/inner.rs", ""),
+            ("group/stray.rs", ""),
+        ] {
+            std::fs::write(binary.join(file), text).unwrap();
+        }
+        // Not a binary (no main.rs): a module the binaries include by path.
+        std::fs::write(workspace.join("krate/tests/common/mod.rs"), "").unwrap();
+        let undeclared = undeclared_test_files(&workspace);
+        std::fs::remove_dir_all(&workspace).unwrap();
+        assert_eq!(
+            undeclared,
+            [
+                (binary.join("forgotten.rs"), binary.join("main.rs")),
+                (binary.join("group/stray.rs"), binary.join("group/mod.rs")),
+            ]
+        );
+        assert_eq!(module_name(&binary.join("group/mod.rs")), "group");
+    }
 
     #[test]
     fn skips_are_read_grouped_and_named_in_the_summary() {
