@@ -16,7 +16,7 @@
 //! ring refuses at once instead of waiting up to `saturation_timeout`), and the service's
 //! blocking `shutdown` runs on tokio's blocking pool.
 //!
-//! `tests/proxy_redis.rs` includes this file as a module and runs [`Proxy`] in-process.
+//! Its tests (`tests/idle_proxy/`) include this file as a module and run [`Proxy`] in-process.
 
 use std::future::Future;
 use std::io;

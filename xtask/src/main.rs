@@ -33,7 +33,7 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Run every test of the workspace, check the API docs' links, then the loom models (what
+    /// Run every test of the workspace, check the API docs' links and run the loom models (what
     /// CI runs).
     Test,
     /// Run the unit tests of the `unsafe` code under Miri, which reports undefined behaviour;

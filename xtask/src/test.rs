@@ -1,14 +1,26 @@
 //! `cargo xtask test`: every test of the workspace, a build of the API docs that fails on a
-//! broken intra-doc link, then the loom models of the lock-free parts. It is the README's test
+//! broken intra-doc link, and the loom models of the lock-free parts. It is the README's test
 //! command, and `.ci/run` calls exactly it.
+//!
+//! It builds the workspace's tests, then runs them; the loom models and the docs build and run
+//! alongside the tests, at the lowest CPU priority and in target directories of their own. The
+//! tests mostly wait (on timers, sockets, redis and child processes) and leave most of the CPU
+//! idle; the loom models and rustdoc only compute, and their outcome does not depend on time.
+//! So they take the CPU the tests leave, and the tests, which time what they check, lose none
+//! of theirs. Their output is printed once the tests are done.
+//!
+//! An integration test binary is a directory `tests/<name>/` whose `main.rs` declares a module
+//! per file; a file it does not declare would compile nowhere and its tests would never run, so
+//! this command first checks that each file is declared, and fails naming those that are not.
 //!
 //! A test that cannot run here (the proxy tests without redis) passes without doing anything,
 //! and the test harness swallows what it prints. Such a test records itself in the directory
 //! named by `WHEEL_TEST_SKIPS` (`wheel-shard/tests/skip`), which this command sets, and the
 //! final summary lists every skipped test, why, and the command that lets it run.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 
 /// One step: a description and the cargo arguments, with extra environment variables.
 struct Step {
@@ -16,16 +28,54 @@ struct Step {
     args: &'static [&'static str],
     env: &'static [(&'static str, &'static str)],
     /// Its own target directory (under the workspace's), when its flags would otherwise make
-    /// cargo rebuild the main build's artifacts every time.
+    /// cargo rebuild the main build's artifacts every time, or when it runs alongside another
+    /// step (cargo holds a target directory for the whole of a command).
     target_subdir: Option<&'static str>,
 }
 
-const STEPS: &[Step] = &[
+/// The profile the tests and the loom models build with (`[profile.ci]` in the workspace's
+/// `Cargo.toml`): release's optimisation without its link-time optimisation, so that the test
+/// binaries link in seconds. The `xtask` alias builds this command with it too, so the tests'
+/// build reuses what that build compiled (clap and its macros).
+const PROFILE: &str = "ci";
+
+/// Builds every test [`TESTS`] runs.
+const BUILD: Step = Step {
+    what: "build the tests",
+    args: &[
+        "test",
+        "--workspace",
+        "--all-features",
+        "--profile",
+        PROFILE,
+        "--no-run",
+    ],
+    env: &[],
+    target_subdir: None,
+};
+
+const TESTS: Step = Step {
+    what: "unit, integration, property and doc tests, the bench harness in --quick mode",
+    args: &[
+        "test",
+        "--workspace",
+        "--all-features",
+        "--profile",
+        PROFILE,
+    ],
+    env: &[],
+    target_subdir: None,
+};
+
+/// What runs alongside [`TESTS`], at the lowest CPU priority.
+const ALONGSIDE: &[Step] = &[
     Step {
-        what: "unit, integration, property and doc tests, the bench harness in --quick mode",
-        args: &["test", "--workspace", "--all-features", "--release"],
-        env: &[],
-        target_subdir: None,
+        // The library's unit tests only: under `--cfg loom` `wheel-shard` leaves out its
+        // dev-dependencies, so this builds the library, its dependencies and loom.
+        what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
+        args: &["test", "-p", "wheel-shard", "--profile", PROFILE, "--lib", "loom"],
+        env: &[("RUSTFLAGS", "--cfg loom")],
+        target_subdir: Some("loom"),
     },
     Step {
         what: "the docs, private items included, build with every intra-doc link resolved",
@@ -39,29 +89,36 @@ const STEPS: &[Step] = &[
         env: &[("RUSTDOCFLAGS", "-D warnings")],
         target_subdir: Some("doc-check"),
     },
-    Step {
-        what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
-        args: &["test", "-p", "wheel-shard", "--release", "--lib", "loom"],
-        env: &[("RUSTFLAGS", "--cfg loom")],
-        target_subdir: Some("loom"),
-    },
 ];
 
 /// The variable naming the directory where skipped tests record themselves.
 const SKIPS_VAR: &str = "WHEEL_TEST_SKIPS";
 
-/// Runs every step in order, stopping at the first failure, then lists the skipped tests.
+/// Builds the tests; runs them with the [`ALONGSIDE`] steps; lists the skipped tests.
 pub fn run(workspace: &Path, target: &Path) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let skips_dir = target.join("xtask-test-skips");
-    if let Err(error) = clear(&skips_dir) {
-        eprintln!("xtask test: cannot clear {}: {error}", skips_dir.display());
+    let logs_dir = target.join("xtask-test-logs");
+    for dir in [&skips_dir, &logs_dir] {
+        if let Err(error) = clear(dir) {
+            eprintln!("xtask test: cannot clear {}: {error}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let undeclared = undeclared_test_files(workspace);
+    if !undeclared.is_empty() {
+        for (file, parent) in &undeclared {
+            eprintln!(
+                "xtask test: {} is in no test binary: declare it in {} (`mod {};`)",
+                file.display(),
+                parent.display(),
+                module_name(file)
+            );
+        }
         return ExitCode::FAILURE;
     }
-    let mut failed = None;
-    for step in STEPS {
-        eprintln!("xtask test: {} (cargo {})", step.what, step.args.join(" "));
-        let mut command = Command::new(&cargo);
+    let command = |step: &Step, program: Command| {
+        let mut command = program;
         command
             .args(step.args)
             .current_dir(workspace)
@@ -72,24 +129,177 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         if let Some(subdir) = step.target_subdir {
             command.env("CARGO_TARGET_DIR", target.join(subdir));
         }
-        match command.status() {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                failed = Some(format!("failed ({status}): cargo {}", step.args.join(" ")));
-                break;
-            }
-            Err(error) => {
-                failed = Some(format!("cannot run cargo: {error}"));
-                break;
+        command
+    };
+    let mut failed = Vec::new();
+    eprintln!(
+        "xtask test: {} (cargo {})",
+        BUILD.what,
+        BUILD.args.join(" ")
+    );
+    if let Err(failure) = finish(&BUILD, command(&BUILD, Command::new(&cargo)).status()) {
+        failed.push(failure);
+    } else {
+        let alongside: Vec<_> = ALONGSIDE
+            .iter()
+            .enumerate()
+            .map(|(n, step)| {
+                let log = logs_dir.join(format!("{n}.log"));
+                let started = quiet(command(step, lowest_priority(&cargo)), &log);
+                (step, log, started)
+            })
+            .collect();
+        eprintln!(
+            "xtask test: {} (cargo {})",
+            TESTS.what,
+            TESTS.args.join(" ")
+        );
+        eprintln!(
+            "xtask test: alongside, at the lowest CPU priority: {}",
+            ALONGSIDE
+                .iter()
+                .map(|step| format!("cargo {}", step.args.join(" ")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if let Err(failure) = finish(&TESTS, command(&TESTS, Command::new(&cargo)).status()) {
+            failed.push(failure);
+        }
+        for (step, log, started) in alongside {
+            let status = started.and_then(|mut child| child.wait());
+            eprintln!(
+                "xtask test: {} (cargo {}), run alongside the tests:",
+                step.what,
+                step.args.join(" ")
+            );
+            eprint!("{}", std::fs::read_to_string(&log).unwrap_or_default());
+            if let Err(failure) = finish(step, status) {
+                failed.push(failure);
             }
         }
     }
     let skipped = read_skips(&skips_dir);
+    let failed = (!failed.is_empty()).then(|| failed.join("; "));
     eprint!("{}", summary(&skipped, failed.as_deref()));
     if failed.is_some() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// What a finished step says: `Err` with why, if it failed.
+fn finish(step: &Step, status: std::io::Result<ExitStatus>) -> Result<(), String> {
+    match status {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("failed ({status}): cargo {}", step.args.join(" "))),
+        Err(error) => Err(format!("cannot run cargo: {error}")),
+    }
+}
+
+/// `command` started with its output (stdout and stderr) going to the file `log`.
+fn quiet(mut command: Command, log: &Path) -> std::io::Result<Child> {
+    let file = std::fs::File::create(log)?;
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+}
+
+/// `cargo` run at the lowest CPU priority (`nice -n 19`) where there is a `nice`; as it is
+/// where there is not.
+fn lowest_priority(cargo: &OsStr) -> Command {
+    let nice = Command::new("nice")
+        .arg("true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if nice.is_ok_and(|status| status.success()) {
+        let mut command = Command::new("nice");
+        command.args(["-n", "19"]).arg(cargo);
+        command
+    } else {
+        Command::new(cargo)
+    }
+}
+
+/// The files of the workspace's test binaries that no binary compiles, each with the file that
+/// should declare it. A binary is a directory `tests/<name>/` with a `main.rs` (cargo finds it);
+/// each other `.rs` file in it is a module only where its parent (`main.rs`, or the `mod.rs` of
+/// its directory) says `mod <name>;`, and cargo builds nothing it is not told of.
+fn undeclared_test_files(workspace: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mut undeclared = Vec::new();
+    let crates = std::fs::read_dir(workspace).into_iter().flatten().flatten();
+    for krate in crates {
+        let binaries = std::fs::read_dir(krate.path().join("tests"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for binary in binaries {
+            let root = binary.path();
+            if root.join("main.rs").is_file() {
+                check_modules(&root, &root, &mut undeclared);
+            }
+        }
+    }
+    undeclared.sort();
+    undeclared
+}
+
+/// Adds the `.rs` files below `dir` that their parent module does not declare.
+fn check_modules(root: &Path, dir: &Path, undeclared: &mut Vec<(PathBuf, PathBuf)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            check_modules(root, &path, undeclared);
+            continue;
+        }
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".rs") || (dir == root && name == "main.rs") {
+            continue;
+        }
+        // `x.rs` is declared in its directory's module; `x/mod.rs` in the one above.
+        let declared_in = if name == "mod.rs" {
+            dir.parent().unwrap_or(dir)
+        } else {
+            dir
+        };
+        let parent = if declared_in == root {
+            declared_in.join("main.rs")
+        } else {
+            declared_in.join("mod.rs")
+        };
+        let text = std::fs::read_to_string(&parent).unwrap_or_default();
+        let module = module_name(&path);
+        let declared = text.lines().any(|line| {
+            let line = line.trim();
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            let line = line.strip_prefix("pub(crate) ").unwrap_or(line);
+            line.strip_prefix("mod ")
+                .and_then(|rest| rest.strip_suffix(';'))
+                .is_some_and(|declared| declared.trim() == module)
+        });
+        if !declared {
+            undeclared.push((path, parent));
+        }
+    }
+}
+
+/// The module a test file is: its name, or its directory's for a `mod.rs`.
+fn module_name(file: &Path) -> String {
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    if stem == "mod" {
+        file.parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string()
+    } else {
+        stem.to_string()
     }
 }
 
@@ -178,6 +388,40 @@ pub fn workspace_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_file_no_binary_declares_is_named_with_where_to_declare_it() {
+        let workspace = std::env::temp_dir().join(format!("xtask-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&workspace);
+        let binary = workspace.join("krate/tests/behaviour");
+        std::fs::create_dir_all(binary.join("group")).unwrap();
+        std::fs::create_dir_all(workspace.join("krate/tests/common")).unwrap();
+        for (file, text) in [
+            (
+                "main.rs",
+                "mod declared;\n#[cfg(unix)]\npub(crate) mod group;\n",
+            ),
+            ("declared.rs", ""),
+            ("forgotten.rs", ""),
+            ("group/mod.rs", "mod inner;\n"),
+            ("group/inner.rs", ""),
+            ("group/stray.rs", ""),
+        ] {
+            std::fs::write(binary.join(file), text).unwrap();
+        }
+        // Not a binary (no main.rs): a module the binaries include by path.
+        std::fs::write(workspace.join("krate/tests/common/mod.rs"), "").unwrap();
+        let undeclared = undeclared_test_files(&workspace);
+        std::fs::remove_dir_all(&workspace).unwrap();
+        assert_eq!(
+            undeclared,
+            [
+                (binary.join("forgotten.rs"), binary.join("main.rs")),
+                (binary.join("group/stray.rs"), binary.join("group/mod.rs")),
+            ]
+        );
+        assert_eq!(module_name(&binary.join("group/mod.rs")), "group");
+    }
 
     #[test]
     fn skips_are_read_grouped_and_named_in_the_summary() {

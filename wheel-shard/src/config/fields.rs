@@ -1,7 +1,7 @@
 //! The one table of [`Config`]'s fields ([`FIELDS`]): each field's name (its TOML key, and
 //! after `WHEEL_` in capitals its environment variable), the values it accepts, and how to
 //! read and write it. [`Config::with_vars`] and [`Config::validate`] walk the table, and
-//! `tests/config.rs` checks `wheel.toml` and the README's configuration table against it, so a
+//! `tests/service/config/fields.rs` checks `wheel.toml` and the README's configuration table against it, so a
 //! new field is added here once and cannot be half-documented.
 
 use std::time::Duration;

@@ -1,23 +1,25 @@
-//! The proxy test's harness: serial runs, bounded child processes, a throwaway
-//! `redis-server`, and the example proxy running in-process.
+//! The harness of the tests in front of redis (and of those of the proxy's start-up, limits and
+//! stop that need no redis): bounded child processes, a throwaway `redis-server`, and the example
+//! proxy running in-process.
 
-use std::io::{self, Read as _, Write as _};
+use std::io;
+use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::idle_proxy::{Counters, Limits, Proxy, Report};
-use super::LOOPBACK;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use wheel_shard::{Config, TimerService};
 
-/// The redis tests measure time; running them one at a time keeps them from skewing each other.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::idle_proxy::{Counters, Limits, Proxy, Report};
+use crate::LOOPBACK;
+
+/// One lock for all the proxy's tests (see [`crate::serial`]).
+pub use crate::serial;
 
 /// What installs the redis binaries (on Debian and Ubuntu, as root; elsewhere it says what to
 /// install by hand).
@@ -359,5 +361,24 @@ impl Drop for Streamer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+pub(crate) fn build() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+/// True when the proxy closes `stream` within 500 ms (EOF or reset); false if it stays open.
+pub(crate) async fn closed_soon(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut byte)).await {
+        Err(_) => false,
+        Ok(Ok(0)) => true,
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionReset => true,
+        Ok(other) => panic!("unexpected {other:?} from the proxy"),
     }
 }

@@ -1,14 +1,16 @@
 //! Virtual time through the public API: `TimerService::with_manual_clock` and `ManualClock`.
-//! Nothing here sleeps for the durations it tests: an hour of timers takes milliseconds.
-
-mod common;
+//! Nothing here sleeps for the durations it tests: an hour of timers takes milliseconds. Also
+//! the ends of virtual time (`advance(Duration::MAX)`, a deadline in the last tick before
+//! `u64::MAX` nanoseconds) and every call made from a callback under virtual time.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::manual;
 use wheel_shard::{ManualClock, TimerId, TimerService};
+
+use crate::common;
+use crate::common::{counter, flag, manual, within, SOON};
 
 /// Runs of a repeating timer, as virtual time since the test's start.
 type Runs = Arc<Mutex<Vec<Duration>>>;
@@ -134,6 +136,91 @@ fn a_callback_that_schedules_within_the_same_advance_sees_it_run() {
     clock.advance(Duration::from_secs(5));
     assert_eq!(rx.try_recv(), Ok(start + Duration::from_secs(3)));
     assert_eq!(clock.now(), start + Duration::from_secs(5));
+}
+
+// Guards: schedule, cancel, reschedule, stats, pending and advance_to_next called from a
+// callback all work (no deadlock), and `advance` runs what they set up within the same call.
+#[test]
+fn every_call_from_a_callback_works_under_virtual_time() {
+    within(SOON, || {
+        let (timers, clock) = manual(2, 2);
+        let start = clock.now();
+        let ran_at = Arc::new(Mutex::new(Vec::<(&'static str, Duration)>::new()));
+        let log = |name: &'static str| {
+            let (ran_at, clock) = (Arc::clone(&ran_at), clock.clone());
+            move || ran_at.lock().unwrap().push((name, clock.now() - start))
+        };
+        let (victim_dropped, victim_flag) = flag();
+        let victim = timers
+            .schedule(Duration::from_secs(3600), move || {
+                let _keep = &victim_flag;
+                panic!("a cancelled timer ran");
+            })
+            .unwrap();
+        let moved = timers
+            .schedule(Duration::from_secs(3600), log("moved"))
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        {
+            let (service, clock2) = (timers.clone(), clock.clone());
+            let scheduled = log("scheduled");
+            let me = log("callback");
+            timers
+                .schedule(Duration::from_millis(10), move || {
+                    me();
+                    let cancelled = service.cancel(victim);
+                    let again = service.cancel(victim);
+                    let rescheduled = service.reschedule(moved, Duration::from_millis(5));
+                    let new = service
+                        .schedule(Duration::from_millis(3), scheduled)
+                        .is_ok();
+                    let stats = service.stats();
+                    let next = clock2.advance_to_next();
+                    tx.send((
+                        cancelled,
+                        again,
+                        rescheduled,
+                        new,
+                        stats.scheduled,
+                        stats.cancelled,
+                        service.pending(),
+                        next,
+                    ))
+                    .unwrap();
+                })
+                .unwrap();
+        }
+        clock.advance(Duration::from_millis(20));
+        let (cancelled, again, rescheduled, new, scheduled, n_cancelled, pending, next) =
+            rx.recv_timeout(SOON).unwrap();
+        assert!(cancelled && !again, "cancel true once");
+        assert!(rescheduled && new);
+        assert_eq!(scheduled, 4, "victim, moved, callback, the new one");
+        assert_eq!(n_cancelled, 1);
+        assert_eq!(
+            pending, 2,
+            "moved and the new one (the running one-shot has ended)"
+        );
+        assert_eq!(next, None, "advance_to_next from a callback returns None");
+        assert!(
+            victim_dropped.load(Ordering::SeqCst),
+            "the cancelled task was dropped"
+        );
+        let mut ran = ran_at.lock().unwrap().clone();
+        ran.sort_by_key(|&(_, at)| at);
+        assert_eq!(
+            ran,
+            [
+                ("callback", Duration::from_millis(10)),
+                ("scheduled", Duration::from_millis(13)),
+                ("moved", Duration::from_millis(15)),
+            ],
+            "each ran within the same advance, at its own deadline"
+        );
+        let stats = timers.stats();
+        assert_eq!((stats.fired, stats.cancelled, stats.pending), (3, 1, 0));
+        assert!(timers.shutdown().is_empty());
+    });
 }
 
 #[test]
@@ -353,6 +440,73 @@ fn advance_to_next_reports_a_far_deadline_exactly() {
     );
     assert_eq!(clock.now(), reached);
     assert_eq!(clock.advance_to_next(), None);
+}
+
+// Guards: advance(Duration::MAX) walks to the end of virtual time and returns, firing what
+// is reachable (1 s and 400 years out).
+#[test]
+fn advance_by_duration_max_fires_what_is_reachable_and_returns() {
+    within(SOON, || {
+        let (timers, clock) = manual(2, 1);
+        let (runs, make) = counter();
+        timers.schedule(Duration::from_secs(1), make()).unwrap();
+        let centuries = Duration::from_secs(400 * 365 * 24 * 3600);
+        timers.schedule(centuries, make()).unwrap();
+        clock.advance(Duration::MAX);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(timers.stats().pending, 0);
+        assert!(timers.shutdown().is_empty());
+    });
+}
+
+// Guards: the documented "a timer with an unreachable deadline (Duration::MAX) is not counted
+// as pending here": advance_to_next must return None and leave virtual time where it was.
+#[test]
+fn advance_to_next_with_only_a_duration_max_timer_returns_none() {
+    let (next, moved) = within(Duration::from_secs(5), || {
+        let (timers, clock) = manual(1, 1);
+        let start = clock.now();
+        timers.schedule(Duration::MAX, || {}).unwrap();
+        let next = clock.advance_to_next();
+        let moved = clock.now() - start;
+        assert_eq!(timers.shutdown().len(), 1);
+        (next, moved)
+    });
+    assert_eq!(next, None);
+    assert_eq!(moved, Duration::ZERO, "time unchanged");
+}
+
+// Guards: advance(Duration::MAX) with a Duration::MAX timer pending must return.
+#[test]
+fn advance_by_duration_max_with_a_duration_max_timer_returns() {
+    let handed = within(Duration::from_secs(5), || {
+        let (timers, clock) = manual(1, 1);
+        timers.schedule(Duration::MAX, || {}).unwrap();
+        clock.advance(Duration::MAX);
+        timers.shutdown().len()
+    });
+    assert_eq!(handed, 1);
+}
+
+// Guards: advance_to_next with a timer due in the last tick before u64::MAX nanoseconds
+// (a delay just short of Duration's u64-nanosecond range) must return, not spin forever.
+#[test]
+fn advance_to_next_with_a_deadline_in_the_last_tick_of_virtual_time_returns() {
+    let (next, runs, handed) = within(Duration::from_secs(5), || {
+        let (timers, clock) = manual(1, 1);
+        let (runs, make) = counter();
+        timers
+            .schedule(Duration::from_nanos(u64::MAX - 1), make())
+            .unwrap();
+        let next = clock.advance_to_next();
+        let handed = timers.shutdown().len();
+        (next, runs.load(Ordering::SeqCst), handed)
+    });
+    assert_eq!(
+        next, None,
+        "a tick past the last virtual nanosecond is unreachable"
+    );
+    assert_eq!((runs, handed), (0, 1), "handed back, exactly once");
 }
 
 #[test]

@@ -1,11 +1,12 @@
-//! Helpers shared by the service tests (each test file includes it with `mod common;`).
+//! Helpers shared by the test binaries of `wheel-shard` (each one's `main.rs` includes this file
+//! as its module `common`, and its modules `use crate::common::...`).
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use wheel_shard::{Config, ManualClock, TimerService};
+use wheel_shard::{Config, ManualClock, TimerId, TimerService};
 
 /// A small service for tests: two shards, two workers, 1 ms tick, pinning off.
 pub fn service() -> TimerService {
@@ -165,4 +166,50 @@ pub fn manual(shards: usize, workers: usize) -> (TimerService, ManualClock) {
 pub fn flag() -> (Arc<AtomicBool>, DropFlag) {
     let flag = Arc::new(AtomicBool::new(false));
     (Arc::clone(&flag), DropFlag(flag))
+}
+
+/// A counter and a factory of one-shot tasks that bump it.
+pub fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let make = {
+        let count = Arc::clone(&count);
+        move || -> Box<dyn FnOnce() + Send> {
+            let count = Arc::clone(&count);
+            Box::new(move || {
+                count.fetch_add(1, Ordering::SeqCst);
+            })
+        }
+    };
+    (count, make)
+}
+
+/// `n` timers an hour away, once the shards hold them all.
+pub fn far_timers(timers: &TimerService, n: usize) -> Vec<TimerId> {
+    let ids: Vec<_> = (0..n)
+        .map(|_| timers.schedule(Duration::from_secs(3600), || {}).unwrap())
+        .collect();
+    assert!(eventually(SOON, || timers.pending() == n));
+    ids
+}
+
+/// The full name (`module::test`) of this binary's test `test`, as `--exact` wants it: the
+/// name by which a test that runs a part of itself in a child process of this binary asks for
+/// that part. Tests live in modules named for what they guard, and move between them; the
+/// binary's own `--list` says where `test` is now.
+pub fn exact_test_name(test: &str) -> String {
+    let exe = std::env::current_exe().expect("the test binary");
+    let listed = std::process::Command::new(exe)
+        .arg("--list")
+        .output()
+        .expect("list this binary's tests");
+    let list = String::from_utf8_lossy(&listed.stdout);
+    let suffix = format!("::{test}");
+    let mut names = list
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .filter(|name| *name == test || name.ends_with(&suffix));
+    match (names.next(), names.next()) {
+        (Some(name), None) => name.to_string(),
+        _ => panic!("not exactly one test named {test} in this binary:\n{list}"),
+    }
 }

@@ -3,14 +3,13 @@
 //! it, or re-arm a repeating timer on a broken service; bodies that could hang run on a thread
 //! and fail on a deadline instead. Timing bounds are generous (a loaded 2-core machine).
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{eventually, flag, single, within, SOON};
+use crate::common;
+use crate::common::{eventually, flag, single, within, SOON};
 use wheel_shard::{Config, ScheduleError, Stats, TimerId, TimerService};
 
 /// How long the blocking callbacks block.

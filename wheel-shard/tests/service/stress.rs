@@ -1,8 +1,6 @@
 //! Many producers, random cancels and reschedules from other threads, a million timers: every
 //! timer ends exactly once (fired, cancelled, or handed back), none runs twice, none runs early.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,9 +9,14 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wheel_shard::{Config, TimerId, TimerService};
 
+use crate::common;
+
 const PRODUCERS: usize = 4;
+
 const PER_PRODUCER: usize = 250_000;
+
 const TIMERS: usize = PRODUCERS * PER_PRODUCER;
+
 const MAX_DELAY_MS: u64 = 300;
 
 /// What the test knows of each timer, indexed by the timer's number.

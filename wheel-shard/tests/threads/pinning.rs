@@ -1,19 +1,16 @@
 //! `Config::pin_threads`: each tick thread is pinned to one core, and the tick threads of two
-//! services in one process go to different cores while there are cores enough; without it
-//! they may run on any core the process may.
-//!
-//! A file of its own, so this process holds no other service's tick threads (both services'
-//! threads are named `wheel-tick-0`: the test tells them apart by which appeared when).
-
-mod common;
-mod skip;
+//! services in one process go to different cores while there are cores enough; without it they
+//! may run on any core the process may. Both services' threads are named `wheel-tick-0`: the test
+//! tells them apart by which appeared when, so it runs alone in this binary ([`crate::alone`]).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::tick_threads;
 use wheel_shard::{Config, TimerService};
+
+use crate::common::tick_threads;
+use crate::skip;
 
 /// The CPUs a thread may run on, from its `/proc` `status` (`Cpus_allowed_list`, e.g. `0-3,6`).
 fn allowed_cpus(task: &std::path::Path) -> BTreeSet<usize> {
@@ -63,6 +60,7 @@ fn new_tick_threads(start: impl FnOnce() -> TimerService) -> (TimerService, Vec<
 
 #[test]
 fn services_pin_their_tick_threads_to_different_cores() {
+    let _alone = crate::alone();
     if !std::path::Path::new("/proc/self/task").exists() {
         skip::record(
             "no /proc/self/task on this platform: thread affinities cannot be read",
