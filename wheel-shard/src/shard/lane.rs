@@ -4,7 +4,7 @@
 //!
 //! The shared ring's claim is a SeqCst CAS on its tail, and on x86 a locked instruction waits
 //! for every earlier store of its thread to reach the cache; in a loop that reads the clock
-//! between schedules that wait is paid in full (`docs/performance.md`, twenty-eighth session).
+//! between schedules that wait is paid in full (`docs/performance.md`, "A lane per shard").
 //! A lane has one producer, so a push is plain stores: the value, the cell's sequence
 //! (Release, which hands the cell to the tick thread) and the count of pushes.
 //!
@@ -50,8 +50,8 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering};
 /// Cells past the tail whose line a push asks for: a few lines ahead, so that each line is on
 /// its way from the tick thread's cache before the holder writes it. A push only stores to its
 /// cell, and stores do not start the hardware's prefetch as a stream of loads does: without
-/// this, every line's first store waits for the line (docs/performance.md, thirty-fifth
-/// session).
+/// this, every line's first store waits for the line (`docs/performance.md`, "The lane's
+/// cells: the consumer writes nothing").
 const PUSH_PREFETCH_AHEAD: u64 = 8;
 
 /// A single-producer, single-consumer bounded ring with a holder (see the module doc).
