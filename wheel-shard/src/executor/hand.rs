@@ -43,7 +43,9 @@ use crate::sync::{
 const BUSY: u64 = 1 << 32;
 /// The bits of `back` that hold `end`.
 const END: u64 = BUSY - 1;
-/// The lowest bit of `back`'s epoch.
+/// The lowest bit of `back`'s epoch. The epoch (31 bits) wraps after 2^31 refills; a thief
+/// could mistake a later fill for the one it read only if it stalled between its read and its
+/// CAS for all of them (billions of runs), and even then `front` and `end` would have to match.
 const EPOCH_ONE: u64 = 1 << 33;
 
 fn end_of(back: u64) -> u64 {
