@@ -67,7 +67,8 @@ const TESTS: Step = Step {
     target_subdir: None,
 };
 
-/// What runs alongside [`TESTS`], at the lowest CPU priority.
+/// What runs alongside [`TESTS`], one after the other at the lowest CPU priority: the loom
+/// models first, whose longest model alone computes for most of a minute, then the docs.
 const ALONGSIDE: &[Step] = &[
     Step {
         // The library's unit tests only: under `--cfg loom` `wheel-shard` leaves out its
@@ -140,43 +141,44 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
     if let Err(failure) = finish(&BUILD, command(&BUILD, Command::new(&cargo)).status()) {
         failed.push(failure);
     } else {
-        let alongside: Vec<_> = ALONGSIDE
-            .iter()
-            .enumerate()
-            .map(|(n, step)| {
-                let log = logs_dir.join(format!("{n}.log"));
-                let started = quiet(command(step, lowest_priority(&cargo)), &log);
-                (step, log, started)
-            })
-            .collect();
         eprintln!(
             "xtask test: {} (cargo {})",
             TESTS.what,
             TESTS.args.join(" ")
         );
         eprintln!(
-            "xtask test: alongside, at the lowest CPU priority: {}",
+            "xtask test: alongside, one after the other at the lowest CPU priority: {}",
             ALONGSIDE
                 .iter()
                 .map(|step| format!("cargo {}", step.args.join(" ")))
                 .collect::<Vec<_>>()
                 .join("; ")
         );
-        if let Err(failure) = finish(&TESTS, command(&TESTS, Command::new(&cargo)).status()) {
-            failed.push(failure);
-        }
-        for (step, log, started) in alongside {
-            let status = started.and_then(|mut child| child.wait());
-            eprintln!(
-                "xtask test: {} (cargo {}), run alongside the tests:",
-                step.what,
-                step.args.join(" ")
-            );
-            eprint!("{}", std::fs::read_to_string(&log).unwrap_or_default());
-            if let Err(failure) = finish(step, status) {
+        std::thread::scope(|scope| {
+            let alongside = scope.spawn(|| {
+                let mut done = Vec::new();
+                for (n, step) in ALONGSIDE.iter().enumerate() {
+                    let log = logs_dir.join(format!("{n}.log"));
+                    let started = quiet(command(step, lowest_priority(&cargo)), &log);
+                    done.push((step, log, started.and_then(|mut child| child.wait())));
+                }
+                done
+            });
+            if let Err(failure) = finish(&TESTS, command(&TESTS, Command::new(&cargo)).status()) {
                 failed.push(failure);
             }
-        }
+            for (step, log, status) in alongside.join().expect("the steps alongside") {
+                eprintln!(
+                    "xtask test: {} (cargo {}), run alongside the tests:",
+                    step.what,
+                    step.args.join(" ")
+                );
+                eprint!("{}", std::fs::read_to_string(&log).unwrap_or_default());
+                if let Err(failure) = finish(step, status) {
+                    failed.push(failure);
+                }
+            }
+        });
     }
     let skipped = read_skips(&skips_dir);
     let failed = (!failed.is_empty()).then(|| failed.join("; "));
