@@ -2,12 +2,14 @@
 //! broken intra-doc link, and the loom models of the lock-free parts. It is the README's test
 //! command, and `.ci/run` calls exactly it.
 //!
-//! It builds the workspace's tests, then runs them; the loom models and the docs build and run
-//! alongside the tests, at the lowest CPU priority and in target directories of their own. The
-//! tests mostly wait (on timers, sockets, redis and child processes) and leave most of the CPU
-//! idle; the loom models and rustdoc only compute, and their outcome does not depend on time.
-//! So they take the CPU the tests leave, and the tests, which time what they check, lose none
-//! of theirs. Their output is printed once the tests are done.
+//! It builds the workspace's tests, then runs them while the loom models build and run
+//! alongside, at the lowest CPU priority and in a target directory of their own: the tests
+//! mostly wait (on timers, sockets, redis and child processes) and leave most of the CPU idle;
+//! the loom models only compute, and their outcome does not depend on time. So they take the
+//! CPU the tests leave, and the tests, which time what they check, lose none of theirs. The
+//! docs build last, in the tests' target directory and profile, so that they reuse its build
+//! scripts (`RUSTDOCFLAGS` reaches rustdoc alone); the loom models' output is printed at the
+//! end.
 //!
 //! An integration test binary is a directory `tests/<name>/` whose `main.rs` declares a module
 //! per file; a file it does not declare would compile nowhere and its tests would never run, so
@@ -29,7 +31,7 @@ struct Step {
     env: &'static [(&'static str, &'static str)],
     /// Its own target directory (under the workspace's), when its flags would otherwise make
     /// cargo rebuild the main build's artifacts every time, or when it runs alongside another
-    /// step (cargo holds a target directory for the whole of a command).
+    /// step (cargo holds a target directory for the whole of a command, tests' run included).
     target_subdir: Option<&'static str>,
 }
 
@@ -67,35 +69,37 @@ const TESTS: Step = Step {
     target_subdir: None,
 };
 
-/// What runs alongside [`TESTS`], one after the other at the lowest CPU priority: the loom
-/// models first, whose longest model alone computes for most of a minute, then the docs.
-const ALONGSIDE: &[Step] = &[
-    Step {
-        // The library's unit tests only: under `--cfg loom` `wheel-shard` leaves out its
-        // dev-dependencies, so this builds the library, its dependencies and loom.
-        what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
-        args: &["test", "-p", "wheel-shard", "--profile", PROFILE, "--lib", "loom"],
-        env: &[("RUSTFLAGS", "--cfg loom")],
-        target_subdir: Some("loom"),
-    },
-    Step {
-        what: "the docs, private items included, build with every intra-doc link resolved",
-        args: &[
-            "doc",
-            "--workspace",
-            "--no-deps",
-            "--all-features",
-            "--document-private-items",
-        ],
-        env: &[("RUSTDOCFLAGS", "-D warnings")],
-        target_subdir: Some("doc-check"),
-    },
-];
+/// After [`TESTS`], in the same target directory (cargo holds it while the tests run).
+const DOCS: Step = Step {
+    what: "the docs, private items included, build with every intra-doc link resolved",
+    args: &[
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--all-features",
+        "--document-private-items",
+        "--profile",
+        PROFILE,
+    ],
+    env: &[("RUSTDOCFLAGS", "-D warnings")],
+    target_subdir: None,
+};
+
+/// What runs alongside [`TESTS`] and [`DOCS`], one after the other at the lowest CPU priority.
+const ALONGSIDE: &[Step] = &[Step {
+    // The library's unit tests only: under `--cfg loom` `wheel-shard` leaves out its
+    // dev-dependencies, so this builds the library, its dependencies and loom.
+    what: "loom models of the pending ring, the lane, the hand-out ring, the timer state machine, the free map and the wake-ups",
+    args: &["test", "-p", "wheel-shard", "--profile", PROFILE, "--lib", "loom"],
+    env: &[("RUSTFLAGS", "--cfg loom")],
+    target_subdir: Some("loom"),
+}];
 
 /// The variable naming the directory where skipped tests record themselves.
 const SKIPS_VAR: &str = "WHEEL_TEST_SKIPS";
 
-/// Builds the tests; runs them with the [`ALONGSIDE`] steps; lists the skipped tests.
+/// Builds the tests; runs them, then builds the docs, with the [`ALONGSIDE`] steps; lists the
+/// skipped tests.
 pub fn run(workspace: &Path, target: &Path) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let skips_dir = target.join("xtask-test-skips");
@@ -142,12 +146,7 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
         failed.push(failure);
     } else {
         eprintln!(
-            "xtask test: {} (cargo {})",
-            TESTS.what,
-            TESTS.args.join(" ")
-        );
-        eprintln!(
-            "xtask test: alongside, one after the other at the lowest CPU priority: {}",
+            "xtask test: alongside the tests and the docs, at the lowest CPU priority: {}",
             ALONGSIDE
                 .iter()
                 .map(|step| format!("cargo {}", step.args.join(" ")))
@@ -164,12 +163,16 @@ pub fn run(workspace: &Path, target: &Path) -> ExitCode {
                 }
                 done
             });
-            if let Err(failure) = finish(&TESTS, command(&TESTS, Command::new(&cargo)).status()) {
-                failed.push(failure);
+            for step in [&TESTS, &DOCS] {
+                eprintln!("xtask test: {} (cargo {})", step.what, step.args.join(" "));
+                if let Err(failure) = finish(step, command(step, Command::new(&cargo)).status()) {
+                    failed.push(failure);
+                    break;
+                }
             }
             for (step, log, status) in alongside.join().expect("the steps alongside") {
                 eprintln!(
-                    "xtask test: {} (cargo {}), run alongside the tests:",
+                    "xtask test: {} (cargo {}), run alongside:",
                     step.what,
                     step.args.join(" ")
                 );
