@@ -18,7 +18,7 @@
 //!   far more than any cache holds, so the least this costs is a stream of writes to memory:
 //!   in order, which is how a producer takes records after a round has freed them all. (A
 //!   random order costs a DRAM miss a record on a machine whose prefetches cannot hide it: it
-//!   measured above the service's whole loop on the benchmark VM, so it was no floor.)
+//!   measured above the service's whole loop on a virtual machine, so it is no floor.)
 //! - `+ hand-over`: a 16-byte reference to the record sent to another thread through the
 //!   cheapest queue there is, a single-producer ring of 4 Ki cells (a service's default ring
 //!   size) with no atomic read-modify-write: the producer stores the reference and then the

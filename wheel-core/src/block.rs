@@ -3,7 +3,7 @@
 //!
 //! Why not `Box<[Chunk]>` from the global allocator: a chunk is aligned to a cache line, and
 //! an allocator asked for zeroed memory with more than 16-byte alignment writes the zeros
-//! itself. Measured on the benchmark VM for one 32 MiB block: the system allocator
+//! itself. Measured for one 32 MiB block: the system allocator
 //! (`posix_memalign`, then `memset`) made all 32 MiB resident in 14 ms; mimalloc made a 2 MiB
 //! huge page resident in 5 ms. Either way the wheel's owner (a tick thread) stalled on the
 //! allocation. A fresh anonymous mapping is zeros that cost nothing until written, and a
@@ -13,7 +13,7 @@
 //! few pages. A smaller block still comes from the global allocator: zeroing it costs little,
 //! and there it shares pages with other allocations (huge ones, with mimalloc), where 4 KiB
 //! pages of its own would cost the wheel's walks TLB misses. The price is
-//! a larger first write: a fresh huge page took 0.3–5 ms on the benchmark VM, where the host
+//! a larger first write: a fresh huge page took 0.3–5 ms on a virtual machine, where the host
 //! backs it too, against about 2 µs for a 4 KiB page. An owner that cannot wait that long has
 //! another thread populate the memory ahead (as wheel-shard's idle workers do).
 //!

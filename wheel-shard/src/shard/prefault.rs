@@ -6,7 +6,7 @@
 //! past the earlier peak). The first write to a fresh page faults: the kernel zeroes a page
 //! (2 MiB with transparent huge pages) and, on a VM whose host has not backed that memory yet,
 //! the host faults too. On the tick thread such a fault delays every timer of its shards: one
-//! traced on the benchmark VM took 5.6 ms (docs/performance.md). The records' table has the
+//! traced on a virtual machine took 5.6 ms (docs/performance.md). The records' table has the
 //! same problem and idle workers write its records ahead (`TimerTable::grow`); the wheel's
 //! chunks belong to the tick thread, so a worker may not write them. Instead the tick thread
 //! posts the address ranges its wheel takes next (`Wheel::untouched_ahead`, [`AHEAD_BYTES`]

@@ -609,7 +609,7 @@ impl TimerTable {
     /// Why: a fresh record's page becomes resident when the record is first written, and a
     /// producer that writes it pays for the page: a fault, a 2 MiB huge page zeroed, and on a
     /// VM whose host reclaims freed memory the host's faults too (0.12 ms to over 4 ms a huge
-    /// page on the benchmark VM; docs/performance.md). Written ahead by a thread with nothing
+    /// page on a virtual machine; docs/performance.md). Written ahead by a thread with nothing
     /// else to do, the records are resident before a burst past the table's earlier peak
     /// reaches them. A producer that outruns the growth writes the records itself, as
     /// without it. Beyond the slots ever handed out, at most two steps of records (4 MiB) are
