@@ -12,6 +12,10 @@
 //! The tests measure time, so they run one at a time ([`serial`]). To add some: a file of this
 //! directory declared below.
 
+// Many tests here are Linux-only (child processes, /proc, prlimit): elsewhere the imports
+// and helpers they use stand unused.
+#![cfg_attr(not(target_os = "linux"), allow(unused_imports, dead_code))]
+
 #[allow(dead_code)]
 #[path = "../../examples/idle_proxy.rs"]
 mod idle_proxy;

@@ -10,6 +10,10 @@
 //! per-process limit) runs a part of itself in a child process of this binary
 //! ([`common::exact_test_name`], `child`), or goes to `tests/threads/`.
 
+// Many tests here are Linux-only (child processes, /proc, prlimit): elsewhere the imports
+// and helpers they use stand unused.
+#![cfg_attr(not(target_os = "linux"), allow(unused_imports, dead_code))]
+
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../skip/mod.rs"]

@@ -4,6 +4,7 @@
 //! environment; the others read a given lookup or run in a child process.
 
 use std::ffi::OsString;
+#[cfg(unix)]
 use std::os::unix::ffi::OsStringExt;
 use std::panic::catch_unwind;
 use std::time::Duration;

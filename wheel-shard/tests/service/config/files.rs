@@ -456,6 +456,7 @@ fn child_reads_huge_files() {
 }
 
 /// Whether this process runs as root.
+#[cfg(unix)]
 fn is_root() -> bool {
     // SAFETY: geteuid takes no argument, touches no memory and cannot fail.
     unsafe { libc::geteuid() == 0 }

@@ -363,6 +363,7 @@ fn the_longest_tick_never_fires_a_short_delay_early() {
 }
 
 /// Whether this process runs as root.
+#[cfg(unix)]
 fn is_root() -> bool {
     // SAFETY: geteuid takes no argument, touches no memory and cannot fail.
     unsafe { libc::geteuid() == 0 }
